@@ -1,0 +1,86 @@
+"""The `fedmc` command: one subcommand per job, each a thin call into the package.
+
+Every subcommand takes `--config FILE` and repeatable `--set key=value` overrides. A bad
+config prints one line naming the key, the file and what is allowed, and exits with 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from fedmc_flwr.config import ConfigError, ExperimentConfig, load_config
+
+DEFAULT_CONFIG = "conf/small_demo.yaml"
+
+
+def _add_config_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", default=DEFAULT_CONFIG, help="experiment YAML file")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one config key, e.g. --set train.rounds=2 (repeatable)",
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fedmc",
+        description="Federated RL for multi-cloud load balancing and scheduling.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_config_args(sub.add_parser("baselines", help="evaluate the classic dispatchers"))
+    train = sub.add_parser("train", help="train PPO without federation")
+    _add_config_args(train)
+    train.add_argument("--mode", choices=("centralised", "local"), default="centralised")
+    _add_config_args(sub.add_parser("run", help="federated training through Flower"))
+    plot = sub.add_parser("plot", help="draw the plots of a metrics.csv")
+    plot.add_argument("metrics", type=Path, help="path to a metrics.csv")
+    plot.add_argument("--out", type=Path, default=None, help="folder for the PNGs")
+    return parser
+
+
+def _config(args: argparse.Namespace) -> ExperimentConfig:
+    return load_config(args.config, args.overrides)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `fedmc` console script; returns the process exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "baselines":
+            cfg = _config(args)
+            from fedmc_flwr.baselines import run_baselines
+
+            run_baselines(cfg)
+        elif args.command == "train":
+            cfg = _config(args)
+            from fedmc_flwr.training import train
+
+            train(cfg, args.mode)
+        elif args.command == "run":
+            _config(args)  # fail fast, before Flower starts, on a bad config
+            from fedmc_flwr.federation.runner import run_federation
+
+            return run_federation(Path(args.config), args.overrides)
+        elif args.command == "plot":
+            from fedmc_flwr.plots import plot_metrics
+
+            for path in plot_metrics(args.metrics, args.out):
+                print(path)
+    except ConfigError as exc:
+        print(f"fedmc: config error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("fedmc: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

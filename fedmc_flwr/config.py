@@ -1,0 +1,304 @@
+"""Experiment configuration: one structured schema, loaded from YAML with OmegaConf.
+
+Every knob of an experiment lives in one of the dataclasses below, so that a YAML file
+can only say what the schema knows: an unknown key, a value of the wrong type or a value
+out of range is a `ConfigError` whose one-line message names the key, the file and what is
+allowed. A file may start from another with `inherits: other.yaml` (resolved next to it),
+and dotted `key=value` overrides (from the CLI or Flower's run config) apply last.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+
+class ConfigError(ValueError):
+    """A configuration problem, worded as one line for the person who wrote the file."""
+
+
+@dataclass
+class RewardWeights:
+    """Weights of the normalised cost terms; reward = -(weighted sum)."""
+
+    latency: float = 0.6
+    """Weight of latency divided by the SLO."""
+    violations: float = 0.25
+    """Weight of the SLO-violation indicator."""
+    cost: float = 0.1
+    """Weight of the job's cost divided by the estate's mean cost per job."""
+    carbon: float = 0.05
+    """Weight of the job's carbon divided by the estate's mean carbon per job."""
+
+
+@dataclass
+class WorldConfig:
+    """The simulated multi-cloud estate and the workload of each ingress region."""
+
+    regions: int = 3
+    """Number of cloud regions (Tier 1 choices)."""
+    nodes_per_region: int = 6
+    """Nodes in every region (Tier 2 choices)."""
+    slo_ms: float = 250.0
+    """End-to-end latency objective of one job, in milliseconds."""
+    queue_threshold: int = 12
+    """Dispatching onto a node with more jobs than this also counts as an SLO violation."""
+    queue_capacity: int = 32
+    """Jobs a node can hold; a full node is masked out."""
+    mean_service_ms: float = 100.0
+    """Mean service time of a job on a node of speed 1.0 with no background load."""
+    job_size: str = "exponential"
+    """Job size distribution: 'exponential' or 'pareto' (heavy-tailed)."""
+    pareto_alpha: float = 1.5
+    """Shape of the Pareto job sizes (used when job_size is 'pareto')."""
+    load: float = 0.7
+    """Offered load of a region's own jobs, as a fraction of the estate's spare capacity."""
+    background_load: float = 0.3
+    """Mean share of node capacity taken by other tenants (varies by region and in time)."""
+    heterogeneous: bool = True
+    """Nodes have different instance types (speed, power, price); False makes them identical."""
+    network: bool = True
+    """Inter-region round-trip times apply; False puts every region next to every ingress."""
+    time_varying: bool = True
+    """Prices, carbon, background load and arrival rates follow synthetic daily cycles."""
+    diurnal_period_s: float = 60.0
+    """Length of one compressed simulated day, in simulated seconds."""
+    burstiness: float = 0.5
+    """Depth of the Markov-modulated bursts of arrivals (0 = plain Poisson)."""
+    outage_rate: float = 0.002
+    """Probability, per dispatched job, that some node of the estate goes down."""
+    outage_mean_s: float = 5.0
+    """Mean duration of a node outage, in simulated seconds."""
+
+
+@dataclass
+class PPOConfig:
+    """PPO hyperparameters of every learner (CleanRL's ppo.py naming)."""
+
+    num_envs: int = 16
+    """Parallel environments per learner."""
+    rollout_steps: int = 128
+    """Environment steps per parallel environment between two updates."""
+    learning_rate: float = 3e-4
+    """Adam learning rate."""
+    gamma: float = 0.95
+    """Discount factor."""
+    gae_lambda: float = 0.95
+    """GAE lambda."""
+    num_minibatches: int = 4
+    """Minibatches per update epoch."""
+    update_epochs: int = 4
+    """Passes over each rollout."""
+    clip_coef: float = 0.2
+    """Surrogate clipping coefficient."""
+    ent_coef: float = 0.01
+    """Entropy bonus coefficient."""
+    vf_coef: float = 0.5
+    """Value loss coefficient."""
+    max_grad_norm: float = 0.5
+    """Global gradient-norm clip."""
+    hidden_size: int = 64
+    """Width of the two hidden layers of actor and critic."""
+    norm_adv: bool = True
+    """Normalise advantages per minibatch."""
+    torch_threads: int = 1
+    """torch intra-op threads per learner (pinned: default threads give severe outliers)."""
+
+
+@dataclass
+class TrainConfig:
+    """How much each learner trains."""
+
+    rounds: int = 5
+    """Federated rounds (or training phases without federation)."""
+    steps_per_round: int = 2000
+    """Time steps per round in each of a learner's parallel environments."""
+
+
+@dataclass
+class FederationConfig:
+    """How the server combines the regions' weights."""
+
+    strategy: str = "fedavg"
+    """'fedavg' (weighted mean) or 'fedprox' ((1 - mu) * mean + mu * previous global)."""
+    mu: float = 0.0
+    """Server-side shrink toward the previous global weights (fedprox)."""
+    proximal_mu: float = 0.0
+    """Client-side proximal term mu/2 * ||w - w_global||^2 (0 turns it off)."""
+
+
+@dataclass
+class EvalConfig:
+    """Held-out evaluation shared by dispatchers and learners."""
+
+    seeds: int = 5
+    """Held-out seeds per region."""
+    steps: int = 2000
+    """Dispatched jobs per held-out seed."""
+    seed_offset: int = 1_000_000
+    """Held-out seeds start here (added to the experiment seed), far from training seeds."""
+
+
+@dataclass
+class ExperimentConfig:
+    """One experiment: the world, the reward, the learners, the federation, the evaluation."""
+
+    name: str = "small_demo"
+    """Experiment name; results go to <results_dir>/<name>/."""
+    seed: int = 0
+    """Master seed of worlds, learners and evaluation."""
+    results_dir: str = "results"
+    """Where results go; relative paths are taken from the current directory."""
+    world: WorldConfig = field(default_factory=WorldConfig)
+    reward: RewardWeights = field(default_factory=RewardWeights)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    federation: FederationConfig = field(default_factory=FederationConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+
+# --- range checks: key -> (test, what is allowed) -----------------------------------------
+
+_Check = tuple[Callable[[Any], bool], str]
+
+
+def _positive(v: Any) -> bool:
+    return v > 0 and math.isfinite(v)
+
+
+def _non_negative(v: Any) -> bool:
+    return v >= 0 and math.isfinite(v)
+
+
+def _unit_open(v: Any) -> bool:
+    return 0 < v < 1
+
+
+def _unit_half_open(v: Any) -> bool:
+    return 0 <= v < 1
+
+
+_RANGES: dict[str, _Check] = {
+    "seed": (_non_negative, "an integer >= 0"),
+    "world.regions": (lambda v: 1 <= v <= 64, "an integer from 1 to 64"),
+    "world.nodes_per_region": (lambda v: 1 <= v <= 1024, "an integer from 1 to 1024"),
+    "world.slo_ms": (_positive, "a number > 0"),
+    "world.queue_threshold": (_positive, "an integer > 0"),
+    "world.queue_capacity": (lambda v: 2 <= v <= 4096, "an integer from 2 to 4096"),
+    "world.mean_service_ms": (_positive, "a number > 0"),
+    "world.job_size": (lambda v: v in ("exponential", "pareto"), "'exponential' or 'pareto'"),
+    "world.pareto_alpha": (lambda v: v > 1, "a number > 1 (finite mean)"),
+    "world.load": (_unit_open, "a number in (0, 1)"),
+    "world.background_load": (_unit_half_open, "a number in [0, 1)"),
+    "world.diurnal_period_s": (_positive, "a number > 0"),
+    "world.burstiness": (_unit_half_open, "a number in [0, 1)"),
+    "world.outage_rate": (_unit_half_open, "a probability in [0, 1)"),
+    "world.outage_mean_s": (_positive, "a number > 0"),
+    "reward.latency": (_non_negative, "a number >= 0"),
+    "reward.violations": (_non_negative, "a number >= 0"),
+    "reward.cost": (_non_negative, "a number >= 0"),
+    "reward.carbon": (_non_negative, "a number >= 0"),
+    "ppo.num_envs": (_positive, "an integer > 0"),
+    "ppo.rollout_steps": (_positive, "an integer > 0"),
+    "ppo.learning_rate": (_positive, "a number > 0"),
+    "ppo.gamma": (lambda v: 0 <= v <= 1, "a number in [0, 1]"),
+    "ppo.gae_lambda": (lambda v: 0 <= v <= 1, "a number in [0, 1]"),
+    "ppo.num_minibatches": (_positive, "an integer > 0"),
+    "ppo.update_epochs": (_positive, "an integer > 0"),
+    "ppo.clip_coef": (_positive, "a number > 0"),
+    "ppo.ent_coef": (_non_negative, "a number >= 0"),
+    "ppo.vf_coef": (_non_negative, "a number >= 0"),
+    "ppo.max_grad_norm": (_positive, "a number > 0"),
+    "ppo.hidden_size": (_positive, "an integer > 0"),
+    "ppo.torch_threads": (_positive, "an integer > 0"),
+    "train.rounds": (_positive, "an integer > 0"),
+    "train.steps_per_round": (_positive, "an integer > 0"),
+    "federation.strategy": (lambda v: v in ("fedavg", "fedprox"), "'fedavg' or 'fedprox'"),
+    "federation.mu": (_unit_half_open, "a number in [0, 1)"),
+    "federation.proximal_mu": (_non_negative, "a number >= 0"),
+    "eval.seeds": (lambda v: v >= 2, "an integer >= 2 (confidence intervals need two)"),
+    "eval.steps": (_positive, "an integer > 0"),
+    "eval.seed_offset": (_non_negative, "an integer >= 0"),
+}
+
+
+def _check_ranges(cfg: DictConfig, source: str) -> None:
+    for key, (test, allowed) in _RANGES.items():
+        value = OmegaConf.select(cfg, key)
+        if not test(value):
+            raise ConfigError(f"{source}: {key} = {value!r} is not allowed; expected {allowed}")
+    weights = cfg.reward
+    if weights.latency + weights.violations + weights.cost + weights.carbon <= 0:
+        raise ConfigError(f"{source}: reward weights are all zero; expected at least one > 0")
+    if cfg.world.queue_threshold >= cfg.world.queue_capacity:
+        raise ConfigError(
+            f"{source}: world.queue_threshold = {cfg.world.queue_threshold} is not allowed; "
+            f"expected less than world.queue_capacity ({cfg.world.queue_capacity})"
+        )
+    if cfg.ppo.num_envs * cfg.ppo.rollout_steps < cfg.ppo.num_minibatches:
+        raise ConfigError(
+            f"{source}: ppo.num_minibatches = {cfg.ppo.num_minibatches} is not allowed; "
+            "expected at most ppo.num_envs * ppo.rollout_steps"
+        )
+
+
+def _describe(exc: OmegaConfBaseException) -> str:
+    """OmegaConf's message without its multi-line context, plus the key it is about."""
+    key = getattr(exc, "full_key", None) or "?"
+    message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return f"{key}: {message}"
+
+
+def _read_yaml(path: Path, chain: tuple[Path, ...] = ()) -> DictConfig:
+    """Read one YAML file and, first, the file it inherits from (recursively)."""
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such config file")
+    if path in chain:
+        raise ConfigError(f"{path}: inherits from itself through {' -> '.join(map(str, chain))}")
+    try:
+        raw = OmegaConf.load(path)
+    except Exception as exc:  # YAML syntax errors come from several libraries
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"{path}: not valid YAML ({first})") from None
+    if not isinstance(raw, DictConfig):
+        raise ConfigError(f"{path}: expected a mapping of keys at the top level")
+    parent = raw.pop("inherits", None)
+    if parent is None:
+        return raw
+    base = _read_yaml((path.parent / str(parent)).resolve(), (*chain, path))
+    return OmegaConf.merge(base, raw)  # type: ignore[return-value]
+
+
+def load_config(path: str | Path, overrides: Iterable[str] = ()) -> ExperimentConfig:
+    """Load, merge and validate an experiment config; raise `ConfigError` on any problem.
+
+    `overrides` are dotted `key=value` strings, applied after the file (and what it inherits).
+    """
+    path = Path(path).resolve()
+    source = str(path)
+    schema = OmegaConf.structured(ExperimentConfig)
+    try:
+        merged = OmegaConf.merge(schema, _read_yaml(path))
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"{source}: {_describe(exc)}") from None
+    overrides = list(overrides)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r}: expected key=value")
+    try:
+        merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(overrides))
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"{source} (override): {_describe(exc)}") from None
+    _check_ranges(merged, source)
+    return OmegaConf.to_object(merged)  # type: ignore[return-value]
+
+
+def to_yaml(cfg: ExperimentConfig) -> str:
+    """The fully resolved config, as saved next to the results it produced."""
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))

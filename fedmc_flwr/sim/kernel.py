@@ -1,0 +1,456 @@
+"""Compiled inner loops of MultiCloudSim (numba, no Python objects).
+
+One call steps every environment of a batch. Each environment owns a counter-based
+random stream (splitmix64 over a per-env state word), so an environment's trajectory
+depends only on its seed and its actions, never on the batch size or the order of the
+loop. Queues are FCFS: a node's unfinished work follows Lindley's recursion (exact
+waiting times), and a ring of predicted completion times gives its job count.
+
+The arrays below are laid out by `world.MultiCloudSim`; the index constants name the
+rows of the packed parameter arrays.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+# rows of the [10, R] region parameter array
+PRICE_MEAN, PRICE_SWING, CARBON_MEAN, CARBON_SWING, BG_MEAN, BG_SWING = 0, 1, 2, 3, 4, 5
+COS_PHASE, SIN_PHASE, ARRIVAL_RATE, BURSTINESS = 6, 7, 8, 9
+REGION_ROWS = 10
+
+# entries of the scalar parameter array
+(
+    MEAN_SERVICE,
+    SLO,
+    QUEUE_THRESHOLD,
+    PARETO_ALPHA,
+    PERIOD,
+    OUTAGE_RATE,
+    OUTAGE_MEAN,
+    COST_REF,
+    CARBON_REF,
+    ARRIVAL_SWING,
+    W_LATENCY,
+    W_VIOLATIONS,
+    W_COST,
+    W_CARBON,
+    EGRESS_USD,
+    PUE,
+    BURST_SHARE,
+    BURST_EXIT,
+) = range(18)
+SCALARS = 18
+
+# columns of the per-step metrics array
+LATENCY_MS, SLO_VIOLATION, COST_USD, CARBON_G, ENERGY_KWH = range(5)
+METRIC_NAMES = ("latency_ms", "slo_violation", "cost_usd", "carbon_g", "energy_kwh")
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31, _S11 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(11)
+_INV_2_53 = 1.0 / 9007199254740992.0
+
+
+@njit(cache=True, inline="always")
+def _mix(z):
+    z = (z ^ (z >> _S30)) * _MIX1
+    z = (z ^ (z >> _S27)) * _MIX2
+    return z ^ (z >> _S31)
+
+
+@njit(cache=True, inline="always")
+def _uniform(rng, b):
+    """Next uniform in (0, 1) of env b's stream."""
+    z = rng[b] + _GOLDEN
+    rng[b] = z
+    return ((_mix(z) >> _S11) + 0.5) * _INV_2_53
+
+
+@njit(cache=True)
+def seed_streams(seeds, rng):
+    """Derive every env's stream state from its seed (one splitmix round, twice mixed)."""
+    for b in range(seeds.shape[0]):
+        rng[b] = _mix(_mix(np.uint64(seeds[b]) + _GOLDEN) + _GOLDEN)
+
+
+@njit(cache=True, inline="always")
+def _job_size(rng, b, p):
+    u = _uniform(rng, b)
+    alpha = p[PARETO_ALPHA]
+    if alpha > 0.0:
+        scale = p[MEAN_SERVICE] * (alpha - 1.0) / alpha
+        return scale * u ** (-1.0 / alpha)
+    return -p[MEAN_SERVICE] * math.log(u)
+
+
+@njit(cache=True, inline="always")
+def _background(reg, r, s, c):
+    share = reg[BG_MEAN, r] * (
+        1.0 + reg[BG_SWING, r] * (s * reg[COS_PHASE, r] + c * reg[SIN_PHASE, r])
+    )
+    return min(max(share, 0.0), 0.95)
+
+
+@njit(cache=True, inline="always")
+def _local_day(reg, r, s, c):
+    """sin of region r's local time of day, from the global clock's sin and cos."""
+    return s * reg[COS_PHASE, r] + c * reg[SIN_PHASE, r]
+
+
+@njit(cache=True, inline="always")
+def _outcome(
+    b,
+    n,
+    ingress,
+    size,
+    clock,
+    backlog,
+    count,
+    speed,
+    power,
+    price_mult,
+    node_region,
+    reg,
+    rtt,
+    p,
+    nodes_per_region,
+):
+    """Latency (s), violation, cost, energy and carbon of sending env b's job to node n."""
+    r = n // nodes_per_region
+    s, c = clock[b, 0], clock[b, 1]
+    day = _local_day(reg, r, s, c)
+    rate = speed[n] * (1.0 - _background(reg, r, s, c))
+    wait = backlog[b, n] / rate
+    busy = size / rate
+    latency = rtt[ingress, r] + wait + busy
+    violation = 1.0 if (latency > p[SLO] or count[b, n] >= p[QUEUE_THRESHOLD]) else 0.0
+    price = reg[PRICE_MEAN, r] * (1.0 + reg[PRICE_SWING, r] * day)
+    cost = price * price_mult[n] * busy / 3600.0
+    if r != ingress:
+        cost += p[EGRESS_USD]
+    energy = power[n] * busy * p[PUE] / 3.6e6
+    carbon = energy * reg[CARBON_MEAN, r] * (1.0 - reg[CARBON_SWING, r] * day)
+    return latency, violation, cost, energy, carbon, wait + busy
+
+
+@njit(cache=True, inline="always")
+def _weighted_cost(p, latency, violation, cost, carbon):
+    return (
+        p[W_LATENCY] * latency / p[SLO]
+        + p[W_VIOLATIONS] * violation
+        + p[W_COST] * cost / p[COST_REF]
+        + p[W_CARBON] * carbon / p[CARBON_REF]
+    )
+
+
+@njit(cache=True, inline="always")
+def _observe(
+    b, t, clock, count, down_until, ingress, obs, mask, reg, node_region, nregions, capacity
+):
+    n_nodes = count.shape[1]
+    s, c = clock[b, 0], clock[b, 1]
+    any_valid = False
+    for n in range(n_nodes):
+        up = down_until[b, n] <= t
+        obs[b, n] = count[b, n]
+        obs[b, n_nodes + n] = 1.0 if up else 0.0
+        valid = up and count[b, n] < capacity
+        mask[b, n] = valid
+        any_valid = any_valid or valid
+    if not any_valid:  # every live node is full: admit anyway rather than drop everything
+        for n in range(n_nodes):
+            mask[b, n] = down_until[b, n] <= t
+    o = 2 * n_nodes
+    for r in range(nregions):
+        day = _local_day(reg, r, s, c)
+        obs[b, o + r] = reg[PRICE_MEAN, r] * (1.0 + reg[PRICE_SWING, r] * day)
+        obs[b, o + nregions + r] = reg[CARBON_MEAN, r] * (1.0 - reg[CARBON_SWING, r] * day)
+        obs[b, o + 2 * nregions + r] = _background(reg, r, s, c)
+        obs[b, o + 3 * nregions + r] = 1.0 if r == ingress[b] else 0.0
+    o += 4 * nregions
+    obs[b, o] = s
+    obs[b, o + 1] = c
+
+
+@njit(cache=True, inline="always")
+def _advance(
+    b,
+    t,
+    clock,
+    backlog,
+    ring,
+    head,
+    count,
+    down_until,
+    rng,
+    burst,
+    size,
+    ingress,
+    speed,
+    node_region,
+    reg,
+    p,
+):
+    """Draw the next arrival and move env b's clock, queues and outages up to it."""
+    i = ingress[b]
+    share = p[BURST_SHARE]
+    depth = reg[BURSTINESS, i]
+    if burst[b] == 1:
+        if _uniform(rng, b) < p[BURST_EXIT]:
+            burst[b] = 0
+    elif _uniform(rng, b) < p[BURST_EXIT] * share / (1.0 - share):
+        burst[b] = 1
+    mult = 1.0 + depth if burst[b] == 1 else 1.0 - depth * share / (1.0 - share)
+    s, c = clock[b, 0], clock[b, 1]
+    rate = reg[ARRIVAL_RATE, i] * mult * (1.0 + p[ARRIVAL_SWING] * _local_day(reg, i, s, c))
+    dt = -math.log(_uniform(rng, b)) / rate
+    now = t[b] + dt
+    t[b] = now
+    n_nodes = backlog.shape[1]
+    capacity = ring.shape[2]
+    for n in range(n_nodes):
+        r = node_region[n]
+        work = backlog[b, n] - speed[n] * (1.0 - _background(reg, r, s, c)) * dt
+        backlog[b, n] = work if work > 0.0 else 0.0
+        k = count[b, n]
+        h = head[b, n]
+        while k > 0 and ring[b, n, h] <= now:
+            h = h + 1 if h + 1 < capacity else 0
+            k -= 1
+        count[b, n] = k
+        head[b, n] = h
+    theta = 2.0 * math.pi * now / p[PERIOD]
+    clock[b, 0] = math.sin(theta)
+    clock[b, 1] = math.cos(theta)
+    if _uniform(rng, b) < p[OUTAGE_RATE]:
+        n = min(int(_uniform(rng, b) * n_nodes), n_nodes - 1)
+        duration = -p[OUTAGE_MEAN] * math.log(_uniform(rng, b))
+        up = 0
+        for m in range(n_nodes):
+            if down_until[b, m] <= now:
+                up += 1
+        if down_until[b, n] <= now and up > 1:  # never take the last live node down
+            down_until[b, n] = now + duration
+    size[b] = _job_size(rng, b, p)
+
+
+@njit(cache=True)
+def reset_kernel(
+    envs,
+    t,
+    clock,
+    backlog,
+    ring,
+    head,
+    count,
+    down_until,
+    rng,
+    burst,
+    size,
+    ingress,
+    obs,
+    mask,
+    speed,
+    node_region,
+    reg,
+    p,
+    nodes_per_region,
+):
+    """Empty the listed envs' estates, draw their first job and observe them."""
+    nregions = reg.shape[1]
+    for j in range(envs.shape[0]):
+        b = envs[j]
+        t[b] = 0.0
+        clock[b, 0] = 0.0
+        clock[b, 1] = 1.0
+        backlog[b, :] = 0.0
+        head[b, :] = 0
+        count[b, :] = 0
+        down_until[b, :] = 0.0
+        burst[b] = 0
+        _advance(
+            b,
+            t,
+            clock,
+            backlog,
+            ring,
+            head,
+            count,
+            down_until,
+            rng,
+            burst,
+            size,
+            ingress,
+            speed,
+            node_region,
+            reg,
+            p,
+        )
+        _observe(
+            b,
+            t[b],
+            clock,
+            count,
+            down_until,
+            ingress,
+            obs,
+            mask,
+            reg,
+            node_region,
+            nregions,
+            ring.shape[2],
+        )
+
+
+@njit(cache=True)
+def step_kernel(
+    actions,
+    t,
+    clock,
+    backlog,
+    ring,
+    head,
+    count,
+    down_until,
+    rng,
+    burst,
+    size,
+    ingress,
+    mask,
+    obs_out,
+    mask_out,
+    reward,
+    metrics,
+    speed,
+    power,
+    price_mult,
+    node_region,
+    reg,
+    rtt,
+    p,
+    nodes_per_region,
+):
+    """Dispatch every env's pending job to its action, then advance to the next job.
+
+    `mask` is the mask the actions were chosen under; the next job's observation and mask
+    go to `obs_out` and `mask_out`. A masked action drops the job: a timeout of twice the
+    SLO and a violation, no cost.
+    """
+    nregions = reg.shape[1]
+    capacity = ring.shape[2]
+    for b in range(actions.shape[0]):
+        a = actions[b]
+        i = ingress[b]
+        if 0 <= a < mask.shape[1] and mask[b, a]:
+            latency, violation, cost, energy, carbon, sojourn = _outcome(
+                b,
+                a,
+                i,
+                size[b],
+                clock,
+                backlog,
+                count,
+                speed,
+                power,
+                price_mult,
+                node_region,
+                reg,
+                rtt,
+                p,
+                nodes_per_region,
+            )
+            backlog[b, a] += size[b]
+            k = count[b, a]
+            if k < capacity:
+                slot = head[b, a] + k
+                ring[b, a, slot - capacity if slot >= capacity else slot] = t[b] + sojourn
+                count[b, a] = k + 1
+        else:
+            latency, violation, cost, energy, carbon = 2.0 * p[SLO], 1.0, 0.0, 0.0, 0.0
+        metrics[b, LATENCY_MS] = latency * 1000.0
+        metrics[b, SLO_VIOLATION] = violation
+        metrics[b, COST_USD] = cost
+        metrics[b, CARBON_G] = carbon
+        metrics[b, ENERGY_KWH] = energy
+        reward[b] = -_weighted_cost(p, latency, violation, cost, carbon)
+        _advance(
+            b,
+            t,
+            clock,
+            backlog,
+            ring,
+            head,
+            count,
+            down_until,
+            rng,
+            burst,
+            size,
+            ingress,
+            speed,
+            node_region,
+            reg,
+            p,
+        )
+        _observe(
+            b,
+            t[b],
+            clock,
+            count,
+            down_until,
+            ingress,
+            obs_out,
+            mask_out,
+            reg,
+            node_region,
+            nregions,
+            capacity,
+        )
+
+
+@njit(cache=True)
+def dispatch_cost_kernel(
+    clock,
+    backlog,
+    count,
+    size,
+    ingress,
+    mask,
+    out,
+    speed,
+    power,
+    price_mult,
+    node_region,
+    reg,
+    rtt,
+    p,
+    nodes_per_region,
+):
+    """Immediate weighted cost of every action for every env's pending job (inf if masked)."""
+    for b in range(out.shape[0]):
+        for n in range(out.shape[1]):
+            if not mask[b, n]:
+                out[b, n] = np.inf
+                continue
+            latency, violation, cost, _, carbon, _ = _outcome(
+                b,
+                n,
+                ingress[b],
+                size[b],
+                clock,
+                backlog,
+                count,
+                speed,
+                power,
+                price_mult,
+                node_region,
+                reg,
+                rtt,
+                p,
+                nodes_per_region,
+            )
+            out[b, n] = _weighted_cost(p, latency, violation, cost, carbon)

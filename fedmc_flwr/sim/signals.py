@@ -1,0 +1,252 @@
+"""The estate's static description: regions, nodes, network, prices, carbon, workloads.
+
+`build_spec` turns a `WorldConfig` into plain numpy arrays (a `WorldSpec`) that the step
+kernel reads. The structure of the estate (which instance types sit where, how far regions
+are apart) is the same for every seed and every client, as a real estate is; only the
+workloads and the random events depend on the seed.
+
+Sources and labels:
+- Annual mean grid carbon intensity of the four named regions is anchored on public
+  per-region figures (Google Cloud's region-carbon table as shipped in codecarbon 3.3.2
+  `data/cloud/impact.csv`: us-east1 560, europe-west9 34, northamerica-northeast1 2,
+  europe-central2 723 gCO2eq/kWh; location-based accounting).
+- Hourly prices, the diurnal shapes of price, carbon and background load, instance speeds
+  and powers, and every region past the fourth are SYNTHETIC (illustrative values drawn
+  from a fixed generator), labelled so in `WorldSpec.synthetic`.
+- Round-trip times come from great-circle distance at 2/3 of the speed of light with a
+  1.5x route inflation, plus 1 ms inside a region.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fedmc_flwr.config import RewardWeights, WorldConfig
+
+
+@dataclass(frozen=True)
+class Region:
+    """One cloud region of the catalogue."""
+
+    name: str
+    lat: float
+    lon: float
+    carbon_g_per_kwh: float
+    """Annual mean grid carbon intensity (location-based)."""
+    carbon_swing: float
+    """Relative amplitude of the daily carbon cycle (flat for hydro/nuclear grids)."""
+    price_usd_per_hour: float
+    """Hourly price of a speed-1.0 node (synthetic)."""
+    crowding: float
+    """How busy other tenants keep the region, relative to the configured background load."""
+    speed_bias: float
+    """Log-speed shift of the region's instance mix (older, slower hardware < 0)."""
+
+
+# Carbon means are public anchors; everything else in these rows is synthetic.
+NAMED_REGIONS: tuple[Region, ...] = (
+    Region("us-east1", 33.20, -80.01, 560.0, 0.15, 0.040, 1.45, 0.15),
+    Region("europe-west9", 48.86, 2.35, 34.0, 0.05, 0.052, 0.90, 0.0),
+    Region("northamerica-northeast1", 45.50, -73.57, 2.0, 0.02, 0.047, 0.80, -0.35),
+    Region("europe-central2", 52.23, 21.01, 723.0, 0.20, 0.043, 1.10, 0.0),
+)
+
+INSTANCE_SPEEDS = np.array([0.5, 0.75, 1.0, 1.5, 2.0])
+"""Relative service speed of the instance types (synthetic)."""
+INSTANCE_POWER_W = np.array([45.0, 60.0, 75.0, 105.0, 135.0])
+"""Dynamic power of each instance type at full use, in watts (synthetic)."""
+PUE = 1.1
+"""Power usage effectiveness applied to every region."""
+EGRESS_USD_PER_JOB = 2e-7
+"""Data transfer charge of sending one job's payload (~10 kB) to another region."""
+DIURNAL_ARRIVAL_SWING = 0.3
+"""Relative amplitude of each ingress region's daily arrival cycle."""
+PRICE_SWING = 0.2
+"""Relative amplitude of the daily price cycle (synthetic)."""
+BACKGROUND_SWING = 0.3
+"""Relative amplitude of the daily background-load cycle."""
+BURST_SHARE = 0.25
+"""Long-run share of jobs that arrive in a burst."""
+BURST_EXIT = 0.01
+"""Per-job probability that a burst ends (bursts last ~100 jobs)."""
+_CATALOGUE_SEED = 20261129
+
+
+def _synthetic_regions(count: int) -> list[Region]:
+    rng = np.random.default_rng(_CATALOGUE_SEED)
+    regions = []
+    for k in range(count):
+        regions.append(
+            Region(
+                name=f"synthetic-{k + 1:02d}",
+                lat=float(rng.uniform(-40, 60)),
+                lon=float(rng.uniform(-180, 180)),
+                carbon_g_per_kwh=float(np.exp(rng.uniform(np.log(20), np.log(700)))),
+                carbon_swing=float(rng.uniform(0.02, 0.25)),
+                price_usd_per_hour=float(rng.uniform(0.036, 0.058)),
+                crowding=float(rng.uniform(0.7, 1.4)),
+                speed_bias=float(rng.uniform(-0.3, 0.2)),
+            )
+        )
+    return regions
+
+
+def region_catalogue(count: int) -> list[Region]:
+    """The first `count` regions: the named ones, then synthetic ones."""
+    named = list(NAMED_REGIONS[:count])
+    return named + _synthetic_regions(count - len(named))
+
+
+def _rtt_matrix_s(regions: list[Region]) -> np.ndarray:
+    lat = np.radians([r.lat for r in regions])
+    lon = np.radians([r.lon for r in regions])
+    dlat = lat[:, None] - lat[None, :]
+    dlon = lon[:, None] - lon[None, :]
+    hav = (
+        np.sin(dlat / 2) ** 2 + np.cos(lat[:, None]) * np.cos(lat[None, :]) * np.sin(dlon / 2) ** 2
+    )
+    km = 2 * 6371.0 * np.arcsin(np.sqrt(np.clip(hav, 0.0, 1.0)))
+    one_way_ms = km * 1.5 / 200.0  # fibre at ~200 km/ms, routes 1.5x the great circle
+    return (2 * one_way_ms + 1.0) / 1000.0
+
+
+@dataclass
+class WorldSpec:
+    """Static arrays of one estate, in SI units (seconds, watts, USD, g/kWh)."""
+
+    region_names: list[str]
+    nodes_per_region: int
+    speed: np.ndarray
+    """[N] service speed of every node (1.0 = mean_service_s per mean job)."""
+    power_w: np.ndarray
+    """[N] dynamic power at full use."""
+    price_mult: np.ndarray
+    """[N] node price relative to its region's speed-1.0 price."""
+    rtt_s: np.ndarray
+    """[R, R] round-trip time from ingress region to target region."""
+    price_mean: np.ndarray
+    """[R] mean USD per hour of a speed-1.0 node."""
+    price_swing: np.ndarray
+    carbon_mean: np.ndarray
+    """[R] mean gCO2eq/kWh."""
+    carbon_swing: np.ndarray
+    background_mean: np.ndarray
+    """[R] mean share of capacity taken by other tenants."""
+    background_swing: np.ndarray
+    phase: np.ndarray
+    """[R] phase of each region's local day (from its longitude), in radians."""
+    arrival_rate: np.ndarray
+    """[R] mean jobs per second of each ingress region's own workload."""
+    arrival_swing: float
+    """Relative amplitude of the daily arrival cycle."""
+    burstiness: np.ndarray
+    """[R] burst depth of each ingress region's workload."""
+    mean_service_s: float
+    slo_s: float
+    queue_threshold: int
+    queue_capacity: int
+    pareto_alpha: float
+    """0 for exponential job sizes."""
+    diurnal_period_s: float
+    time_varying: bool
+    outage_rate: float
+    outage_mean_s: float
+    cost_ref_usd: float
+    """Mean cost of one job spread evenly over the estate: the cost normaliser."""
+    carbon_ref_g: float
+    """Mean carbon of one job spread evenly over the estate: the carbon normaliser."""
+    weights: np.ndarray
+    """[4] reward weights: latency, violations, cost, carbon."""
+    synthetic: tuple[str, ...] = field(
+        default=(
+            "prices",
+            "diurnal shapes",
+            "instance speeds and powers",
+            "regions past the fourth",
+        )
+    )
+
+    @property
+    def num_regions(self) -> int:
+        return len(self.region_names)
+
+    @property
+    def num_nodes(self) -> int:
+        return self.num_regions * self.nodes_per_region
+
+
+def _node_types(regions: list[Region], per_region: int, heterogeneous: bool) -> np.ndarray:
+    """Instance type index of every node: each region's own mix, fixed for all seeds."""
+    if not heterogeneous:
+        return np.full(len(regions) * per_region, 2)
+    rng = np.random.default_rng(_CATALOGUE_SEED + 1)
+    types = []
+    log_speeds = np.log(INSTANCE_SPEEDS)
+    for region in regions:
+        preference = -((log_speeds - region.speed_bias) ** 2) / 0.5
+        p = np.exp(preference) / np.exp(preference).sum()
+        types.append(rng.choice(len(INSTANCE_SPEEDS), size=per_region, p=p))
+    return np.concatenate(types)
+
+
+def build_spec(world: WorldConfig, reward: RewardWeights) -> WorldSpec:
+    """Turn the config into the arrays the kernel reads (see the module docstring)."""
+    regions = region_catalogue(world.regions)
+    per_region = world.nodes_per_region
+    types = _node_types(regions, per_region, world.heterogeneous)
+    speed = INSTANCE_SPEEDS[types].astype(np.float64)
+    power = INSTANCE_POWER_W[types].astype(np.float64)
+    price_mult = speed.copy()  # price scales with speed: same cost per job at equal prices
+    node_region = np.repeat(np.arange(world.regions), per_region)
+
+    price_mean = np.array([r.price_usd_per_hour for r in regions])
+    carbon_mean = np.array([r.carbon_g_per_kwh for r in regions])
+    background = np.clip(world.background_load * np.array([r.crowding for r in regions]), 0, 0.9)
+    spare = float(np.sum(speed * (1.0 - background[node_region])))
+    mean_service_s = world.mean_service_ms / 1000.0
+    # Non-IID ingress workloads: rate and burst depth differ per ingress region.
+    k = np.arange(world.regions)
+    rate_mult = 1.0 + 0.15 * np.cos(1.7 * k + 0.4)
+    burst_mult = 1.0 + 0.4 * np.sin(2.3 * k + 0.2)
+    arrival_rate = world.load * spare / mean_service_s * rate_mult
+    burstiness = np.clip(world.burstiness * burst_mult, 0.0, 0.95)
+
+    rtt = _rtt_matrix_s(regions) if world.network else np.zeros((world.regions, world.regions))
+    busy_s = mean_service_s / speed
+    job_cost = price_mean[node_region] * price_mult * busy_s / 3600.0
+    job_energy_kwh = power * busy_s * PUE / 3.6e6
+    job_carbon = job_energy_kwh * carbon_mean[node_region]
+    swing = 1.0 if world.time_varying else 0.0
+
+    return WorldSpec(
+        region_names=[r.name for r in regions],
+        nodes_per_region=per_region,
+        speed=speed,
+        power_w=power,
+        price_mult=price_mult,
+        rtt_s=rtt,
+        price_mean=price_mean,
+        price_swing=np.full(world.regions, PRICE_SWING * swing),
+        carbon_mean=carbon_mean,
+        carbon_swing=np.array([r.carbon_swing for r in regions]) * swing,
+        background_mean=background,
+        background_swing=np.full(world.regions, BACKGROUND_SWING * swing),
+        phase=np.radians([r.lon for r in regions]),
+        arrival_rate=arrival_rate,
+        arrival_swing=DIURNAL_ARRIVAL_SWING * swing,
+        burstiness=burstiness,
+        mean_service_s=mean_service_s,
+        slo_s=world.slo_ms / 1000.0,
+        queue_threshold=world.queue_threshold,
+        queue_capacity=world.queue_capacity,
+        pareto_alpha=world.pareto_alpha if world.job_size == "pareto" else 0.0,
+        diurnal_period_s=world.diurnal_period_s,
+        time_varying=world.time_varying,
+        outage_rate=world.outage_rate,
+        outage_mean_s=world.outage_mean_s,
+        cost_ref_usd=float(job_cost.mean()),
+        carbon_ref_g=float(max(job_carbon.mean(), 1e-12)),
+        weights=np.array([reward.latency, reward.violations, reward.cost, reward.carbon]),
+    )

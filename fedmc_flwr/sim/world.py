@@ -1,0 +1,310 @@
+"""MultiCloudSim: a batch of multi-cloud estates stepped together, one job per step.
+
+Every environment of the batch is one estate seen from one ingress region: jobs of that
+region's own workload arrive one at a time, and each step dispatches the waiting job to
+one node of the estate. The action is one integer over `regions * nodes_per_region`:
+`region = a // nodes_per_region` (Tier 1, the load balancer) and
+`node = a % nodes_per_region` (Tier 2, the scheduler).
+
+Observation (float32, `obs_dim = 2 N + 4 R + 2` for N nodes and R regions), in order:
+
+| slice | meaning | unit |
+|---|---|---|
+| queue[N] | jobs in each node's queue (incl. in service) | jobs |
+| up[N] | 1 if the node is live, 0 during an outage | flag |
+| price[R] | hourly price of a speed-1.0 node in each region | USD/h |
+| carbon[R] | grid carbon intensity of each region | gCO2eq/kWh |
+| background[R] | share of capacity used by other tenants | 0..1 |
+| ingress[R] | one-hot of the region the jobs enter at | flag |
+| clock[2] | sin and cos of the (compressed) time of day | -1..1 |
+
+The action mask excludes nodes in an outage and nodes whose queue is full.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedmc_flwr.config import RewardWeights, WorldConfig
+from fedmc_flwr.sim import kernel
+from fedmc_flwr.sim.signals import (
+    BURST_EXIT,
+    BURST_SHARE,
+    EGRESS_USD_PER_JOB,
+    PUE,
+    WorldSpec,
+    build_spec,
+)
+
+METRIC_NAMES = kernel.METRIC_NAMES
+
+_STATE_FIELDS = (
+    "t",
+    "clock",
+    "backlog",
+    "ring",
+    "head",
+    "count",
+    "down_until",
+    "rng",
+    "burst",
+    "size",
+    "ingress",
+    "obs",
+    "mask",
+)
+
+
+@dataclass(frozen=True)
+class ObsLayout:
+    """Where each feature sits in the flat observation vector."""
+
+    num_nodes: int
+    num_regions: int
+
+    def _span(self, start: int, width: int) -> slice:
+        return slice(start, start + width)
+
+    @property
+    def queue(self) -> slice:
+        return self._span(0, self.num_nodes)
+
+    @property
+    def up(self) -> slice:
+        return self._span(self.num_nodes, self.num_nodes)
+
+    @property
+    def price(self) -> slice:
+        return self._span(2 * self.num_nodes, self.num_regions)
+
+    @property
+    def carbon(self) -> slice:
+        return self._span(2 * self.num_nodes + self.num_regions, self.num_regions)
+
+    @property
+    def background(self) -> slice:
+        return self._span(2 * self.num_nodes + 2 * self.num_regions, self.num_regions)
+
+    @property
+    def ingress(self) -> slice:
+        return self._span(2 * self.num_nodes + 3 * self.num_regions, self.num_regions)
+
+    @property
+    def clock(self) -> slice:
+        return self._span(2 * self.num_nodes + 4 * self.num_regions, 2)
+
+    @property
+    def size(self) -> int:
+        return 2 * self.num_nodes + 4 * self.num_regions + 2
+
+
+@dataclass
+class StepResult:
+    """What one batched step returns; every array is fresh (safe to keep)."""
+
+    obs: np.ndarray
+    """[B, obs_dim] float32 observation of the next job's arrival."""
+    mask: np.ndarray
+    """[B, A] bool: actions allowed for the next job."""
+    reward: np.ndarray
+    """[B] float64 reward of the job just dispatched."""
+    metrics: np.ndarray
+    """[B, 5] float64 real-unit metrics of the job just dispatched (columns METRIC_NAMES)."""
+
+
+def _pack_params(spec: WorldSpec) -> tuple[np.ndarray, np.ndarray]:
+    reg = np.zeros((kernel.REGION_ROWS, spec.num_regions))
+    reg[kernel.PRICE_MEAN] = spec.price_mean
+    reg[kernel.PRICE_SWING] = spec.price_swing
+    reg[kernel.CARBON_MEAN] = spec.carbon_mean
+    reg[kernel.CARBON_SWING] = spec.carbon_swing
+    reg[kernel.BG_MEAN] = spec.background_mean
+    reg[kernel.BG_SWING] = spec.background_swing
+    reg[kernel.COS_PHASE] = np.cos(spec.phase)
+    reg[kernel.SIN_PHASE] = np.sin(spec.phase)
+    reg[kernel.ARRIVAL_RATE] = spec.arrival_rate
+    reg[kernel.BURSTINESS] = spec.burstiness
+    p = np.zeros(kernel.SCALARS)
+    p[kernel.MEAN_SERVICE] = spec.mean_service_s
+    p[kernel.SLO] = spec.slo_s
+    p[kernel.QUEUE_THRESHOLD] = spec.queue_threshold
+    p[kernel.PARETO_ALPHA] = spec.pareto_alpha
+    p[kernel.PERIOD] = spec.diurnal_period_s
+    p[kernel.OUTAGE_RATE] = spec.outage_rate
+    p[kernel.OUTAGE_MEAN] = spec.outage_mean_s
+    p[kernel.COST_REF] = spec.cost_ref_usd
+    p[kernel.CARBON_REF] = spec.carbon_ref_g
+    p[kernel.ARRIVAL_SWING] = spec.arrival_swing
+    p[kernel.W_LATENCY : kernel.W_CARBON + 1] = spec.weights
+    p[kernel.EGRESS_USD] = EGRESS_USD_PER_JOB
+    p[kernel.PUE] = PUE
+    p[kernel.BURST_SHARE] = BURST_SHARE
+    p[kernel.BURST_EXIT] = BURST_EXIT
+    return reg, p
+
+
+class MultiCloudSim:
+    """A batch of B independent estates (see the module docstring for the spec).
+
+    `ingress[b]` is the region whose workload env b serves: a federated client passes its
+    own region for every env; a centralised learner may mix regions in one batch.
+    """
+
+    def __init__(
+        self,
+        world: WorldConfig,
+        reward: RewardWeights,
+        ingress: Sequence[int] | np.ndarray,
+    ) -> None:
+        self.spec = build_spec(world, reward)
+        ingress = np.asarray(ingress, dtype=np.int64)
+        if ingress.ndim != 1 or len(ingress) == 0:
+            raise ValueError("ingress must be a non-empty 1-D sequence of region indices")
+        if ingress.min() < 0 or ingress.max() >= self.spec.num_regions:
+            raise ValueError(f"ingress regions must lie in [0, {self.spec.num_regions})")
+        self.num_envs = len(ingress)
+        self.num_regions = self.spec.num_regions
+        self.nodes_per_region = self.spec.nodes_per_region
+        self.num_actions = self.spec.num_nodes
+        self.layout = ObsLayout(self.num_actions, self.num_regions)
+        self.obs_dim = self.layout.size
+        self._reg, self._p = _pack_params(self.spec)
+        self._node_region = np.repeat(np.arange(self.num_regions), self.nodes_per_region)
+        b, n = self.num_envs, self.num_actions
+        self.t = np.zeros(b)
+        self.clock = np.zeros((b, 2))
+        self.backlog = np.zeros((b, n))
+        self.ring = np.zeros((b, n, self.spec.queue_capacity), dtype=np.float32)
+        self.head = np.zeros((b, n), dtype=np.int64)
+        self.count = np.zeros((b, n), dtype=np.int64)
+        self.down_until = np.zeros((b, n))
+        self.rng = np.zeros(b, dtype=np.uint64)
+        self.burst = np.zeros(b, dtype=np.int64)
+        self.size = np.zeros(b)
+        self.ingress = ingress
+        self.obs = np.zeros((b, self.obs_dim), dtype=np.float32)
+        self.mask = np.zeros((b, n), dtype=np.bool_)
+        self._seeded = False
+
+    def reset(self, seeds: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Start every env afresh from its own seed; return (obs, mask) of the first job."""
+        return self.reset_envs(np.arange(self.num_envs), seeds)
+
+    def reset_envs(
+        self, envs: Sequence[int] | np.ndarray, seeds: Sequence[int] | np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Restart only the listed envs (the others keep going); return the whole batch's view."""
+        envs = np.asarray(envs, dtype=np.int64)
+        seeds = np.asarray(seeds, dtype=np.uint64)
+        if seeds.shape != envs.shape:
+            raise ValueError(f"need one seed per env: {len(envs)} envs, {seeds.size} seeds")
+        kernel.seed_streams(seeds, rng_view := np.zeros(len(envs), dtype=np.uint64))
+        self.rng[envs] = rng_view
+        kernel.reset_kernel(
+            envs,
+            self.t,
+            self.clock,
+            self.backlog,
+            self.ring,
+            self.head,
+            self.count,
+            self.down_until,
+            self.rng,
+            self.burst,
+            self.size,
+            self.ingress,
+            self.obs,
+            self.mask,
+            self.spec.speed,
+            self._node_region,
+            self._reg,
+            self._p,
+            self.nodes_per_region,
+        )
+        if len(envs) == self.num_envs:
+            self._seeded = True
+        return self.obs.copy(), self.mask.copy()
+
+    def step(self, actions: np.ndarray) -> StepResult:
+        """Dispatch every env's waiting job to `actions[b]` and move to the next job."""
+        if not self._seeded:
+            raise RuntimeError("call reset(seeds) before step()")
+        actions = np.ascontiguousarray(actions, dtype=np.int64)
+        if actions.shape != (self.num_envs,):
+            raise ValueError(f"expected {self.num_envs} actions, got shape {actions.shape}")
+        reward = np.empty(self.num_envs)
+        metrics = np.empty((self.num_envs, len(METRIC_NAMES)))
+        obs = np.empty_like(self.obs)
+        mask = np.empty_like(self.mask)
+        kernel.step_kernel(
+            actions,
+            self.t,
+            self.clock,
+            self.backlog,
+            self.ring,
+            self.head,
+            self.count,
+            self.down_until,
+            self.rng,
+            self.burst,
+            self.size,
+            self.ingress,
+            self.mask,
+            obs,
+            mask,
+            reward,
+            metrics,
+            self.spec.speed,
+            self.spec.power_w,
+            self.spec.price_mult,
+            self._node_region,
+            self._reg,
+            self.spec.rtt_s,
+            self._p,
+            self.nodes_per_region,
+        )
+        self.obs, self.mask = obs, mask
+        return StepResult(obs, mask.copy(), reward, metrics)
+
+    def dispatch_costs(self) -> np.ndarray:
+        """[B, A] immediate weighted cost of each action for the waiting job (inf if masked).
+
+        It reads the hidden state (the job's true size, the exact backlog): only the
+        myopic oracle, a reference and not a learner, may use it.
+        """
+        out = np.empty((self.num_envs, self.num_actions))
+        kernel.dispatch_cost_kernel(
+            self.clock,
+            self.backlog,
+            self.count,
+            self.size,
+            self.ingress,
+            self.mask,
+            out,
+            self.spec.speed,
+            self.spec.power_w,
+            self.spec.price_mult,
+            self._node_region,
+            self._reg,
+            self.spec.rtt_s,
+            self._p,
+            self.nodes_per_region,
+        )
+        return out
+
+    def get_state(self) -> dict[str, np.ndarray]:
+        """Every mutable array, copied: enough to resume the batch bit for bit."""
+        return {name: getattr(self, name).copy() for name in _STATE_FIELDS}
+
+    def set_state(self, state: dict[str, np.ndarray]) -> None:
+        """Resume from `get_state()` output (shapes must match this batch)."""
+        for name in _STATE_FIELDS:
+            current = getattr(self, name)
+            value = np.asarray(state[name])
+            if value.shape != current.shape:
+                raise ValueError(f"state {name!r}: shape {value.shape}, expected {current.shape}")
+            current[...] = value
+        self._seeded = True
