@@ -51,13 +51,13 @@ class WorldConfig:
     """Dispatching onto a node with more jobs than this also counts as an SLO violation."""
     queue_capacity: int = 32
     """Jobs a node can hold; a full node is masked out."""
-    mean_service_ms: float = 100.0
+    mean_service_ms: float = 50.0
     """Mean service time of a job on a node of speed 1.0 with no background load."""
     job_size: str = "exponential"
     """Job size distribution: 'exponential' or 'pareto' (heavy-tailed)."""
     pareto_alpha: float = 1.5
     """Shape of the Pareto job sizes (used when job_size is 'pareto')."""
-    load: float = 0.7
+    load: float = 0.6
     """Offered load of a region's own jobs, as a fraction of the estate's spare capacity."""
     background_load: float = 0.3
     """Mean share of node capacity taken by other tenants (varies by region and in time)."""
@@ -107,6 +107,8 @@ class PPOConfig:
     """Width of the two hidden layers of actor and critic."""
     norm_adv: bool = True
     """Normalise advantages per minibatch."""
+    episode_steps: int = 2000
+    """Jobs per training episode; then the world restarts from a new seed (value bootstraps)."""
     torch_threads: int = 1
     """torch intra-op threads per learner (pinned: default threads give severe outliers)."""
 
@@ -137,7 +139,7 @@ class FederationConfig:
 class EvalConfig:
     """Held-out evaluation shared by dispatchers and learners."""
 
-    seeds: int = 5
+    seeds: int = 10
     """Held-out seeds per region."""
     steps: int = 2000
     """Dispatched jobs per held-out seed."""
@@ -216,6 +218,7 @@ _RANGES: dict[str, _Check] = {
     "ppo.vf_coef": (_non_negative, "a number >= 0"),
     "ppo.max_grad_norm": (_positive, "a number > 0"),
     "ppo.hidden_size": (_positive, "an integer > 0"),
+    "ppo.episode_steps": (_positive, "an integer > 0"),
     "ppo.torch_threads": (_positive, "an integer > 0"),
     "train.rounds": (_positive, "an integer > 0"),
     "train.steps_per_round": (_positive, "an integer > 0"),

@@ -35,6 +35,22 @@ def ci95(per_seed: np.ndarray) -> float:
     return float(stats.t.ppf(0.975, n - 1) * sem)
 
 
+def mean_over_regions(per_region: list[np.ndarray]) -> tuple[float, float]:
+    """Mean over regions of the regional means, and its 95% confidence half-width.
+
+    Regions are strata, not draws from one population: their means differ by design
+    (non-IID workloads), so pooling their seeds would count that spread as noise. The
+    half-width combines the within-region variances (stratified estimator, df = n - R).
+    """
+    means = np.array([np.mean(seeds) for seeds in per_region])
+    if any(len(seeds) < 2 for seeds in per_region):
+        return float(means.mean()), float("nan")
+    variance = sum(np.var(seeds, ddof=1) / len(seeds) for seeds in per_region)
+    dof = sum(len(seeds) - 1 for seeds in per_region)
+    half_width = stats.t.ppf(0.975, dof) * np.sqrt(variance) / len(per_region)
+    return float(means.mean()), float(half_width)
+
+
 @dataclass
 class EvalResult:
     """A policy's held-out performance in one region."""

@@ -192,7 +192,6 @@ def _advance(
     size,
     ingress,
     speed,
-    node_region,
     reg,
     p,
 ):
@@ -212,18 +211,21 @@ def _advance(
     now = t[b] + dt
     t[b] = now
     n_nodes = backlog.shape[1]
+    nregions = reg.shape[1]
+    per_region = n_nodes // nregions
     capacity = ring.shape[2]
-    for n in range(n_nodes):
-        r = node_region[n]
-        work = backlog[b, n] - speed[n] * (1.0 - _background(reg, r, s, c)) * dt
-        backlog[b, n] = work if work > 0.0 else 0.0
-        k = count[b, n]
-        h = head[b, n]
-        while k > 0 and ring[b, n, h] <= now:
-            h = h + 1 if h + 1 < capacity else 0
-            k -= 1
-        count[b, n] = k
-        head[b, n] = h
+    for r in range(nregions):  # nodes are numbered region by region
+        free = 1.0 - _background(reg, r, s, c)
+        for n in range(r * per_region, (r + 1) * per_region):
+            work = backlog[b, n] - speed[n] * free * dt
+            backlog[b, n] = work if work > 0.0 else 0.0
+            k = count[b, n]
+            h = head[b, n]
+            while k > 0 and ring[b, n, h] <= now:
+                h = h + 1 if h + 1 < capacity else 0
+                k -= 1
+            count[b, n] = k
+            head[b, n] = h
     theta = 2.0 * math.pi * now / p[PERIOD]
     clock[b, 0] = math.sin(theta)
     clock[b, 1] = math.cos(theta)
@@ -287,7 +289,6 @@ def reset_kernel(
             size,
             ingress,
             speed,
-            node_region,
             reg,
             p,
         )
@@ -392,7 +393,6 @@ def step_kernel(
             size,
             ingress,
             speed,
-            node_region,
             reg,
             p,
         )

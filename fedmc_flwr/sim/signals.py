@@ -47,9 +47,9 @@ class Region:
 
 # Carbon means are public anchors; everything else in these rows is synthetic.
 NAMED_REGIONS: tuple[Region, ...] = (
-    Region("us-east1", 33.20, -80.01, 560.0, 0.15, 0.040, 1.45, 0.15),
+    Region("us-east1", 33.20, -80.01, 560.0, 0.15, 0.036, 1.45, 0.15),
     Region("europe-west9", 48.86, 2.35, 34.0, 0.05, 0.052, 0.90, 0.0),
-    Region("northamerica-northeast1", 45.50, -73.57, 2.0, 0.02, 0.047, 0.80, -0.35),
+    Region("northamerica-northeast1", 45.50, -73.57, 2.0, 0.02, 0.047, 1.20, -0.35),
     Region("europe-central2", 52.23, 21.01, 723.0, 0.20, 0.043, 1.10, 0.0),
 )
 

@@ -203,6 +203,7 @@ class MultiCloudSim:
             raise ValueError(f"need one seed per env: {len(envs)} envs, {seeds.size} seeds")
         kernel.seed_streams(seeds, rng_view := np.zeros(len(envs), dtype=np.uint64))
         self.rng[envs] = rng_view
+        self.obs = self.obs.copy()  # the last StepResult.obs was handed out: never write it
         kernel.reset_kernel(
             envs,
             self.t,
@@ -306,5 +307,5 @@ class MultiCloudSim:
             value = np.asarray(state[name])
             if value.shape != current.shape:
                 raise ValueError(f"state {name!r}: shape {value.shape}, expected {current.shape}")
-            current[...] = value
+            setattr(self, name, value.astype(current.dtype, copy=True))
         self._seeded = True

@@ -1,0 +1,136 @@
+"""Environment steps per second of MultiCloudSim.step, and of the Gymnasium single-env loop.
+
+Batches of B = 1, 64, 1024 and 4096 worlds on small_demo and on a 20 x 100 estate, each
+timed warm (the kernel compiled before the clock starts) over several repetitions, the
+median reported. Actions are drawn beforehand, uniformly over all nodes, so the figure is
+the world's cost alone. In the same run, the single-env `step()` loop through
+`gymnasium.make` (time limit and checker wrappers included, as a user gets it).
+
+Prints a table, then one JSON line of the figures.
+
+    python bench/bench_sim.py [--config conf/small_demo.yaml] [--reps 5] [--seconds 0.5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+
+from fedmc_flwr.config import ExperimentConfig, load_config
+from fedmc_flwr.sim import ENV_ID
+from fedmc_flwr.sim.world import MultiCloudSim
+
+BATCHES = (1, 64, 1024, 4096)
+TARGET_STEPS_PER_S = 1.5e6
+TARGET_RATIO = 50.0
+_ACTION_ROWS = 64
+"""Pre-drawn action rows, reused cyclically (drawing per step would time numpy, not the world)."""
+
+
+def _median_rate(run_once, reps: int) -> float:
+    """Median over `reps` of steps per second; `run_once()` returns (steps, seconds)."""
+    rates = []
+    for _ in range(reps):
+        steps, seconds = run_once()
+        rates.append(steps / seconds)
+    return statistics.median(rates)
+
+
+def sim_steps_per_second(cfg: ExperimentConfig, envs: int, reps: int, seconds: float) -> float:
+    """Median env steps per second of MultiCloudSim.step over a batch of `envs` worlds."""
+    sim = MultiCloudSim(cfg.world, cfg.reward, np.arange(envs) % cfg.world.regions)
+    sim.reset(np.arange(envs))
+    actions = np.random.default_rng(0).integers(sim.num_actions, size=(_ACTION_ROWS, envs))
+    sim.step(actions[0])  # warm: compiled (or loaded from numba's cache) before timing
+    start = time.perf_counter()
+    sim.step(actions[1])
+    per_call = time.perf_counter() - start
+    calls = max(8, int(seconds / max(per_call, 1e-7)))
+
+    def run_once() -> tuple[int, float]:
+        start = time.perf_counter()
+        for k in range(calls):
+            sim.step(actions[k % _ACTION_ROWS])
+        return calls * envs, time.perf_counter() - start
+
+    return _median_rate(run_once, reps)
+
+
+def gym_steps_per_second(cfg_path: Path, reps: int, seconds: float) -> float:
+    """Median steps per second of the single-env `step()` loop built by `gymnasium.make`."""
+    env = gym.make(ENV_ID, config=cfg_path)
+    env.reset(seed=0)
+    actions = np.random.default_rng(0).integers(env.action_space.n, size=4096).tolist()
+    env.step(actions[0])
+    calls = max(1000, int(seconds * 50_000))
+
+    def run_once() -> tuple[int, float]:
+        start = time.perf_counter()
+        for k in range(calls):
+            _, _, terminated, truncated, _ = env.step(actions[k % len(actions)])
+            if terminated or truncated:
+                env.reset()
+        return calls, time.perf_counter() - start
+
+    return _median_rate(run_once, reps)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=Path, default=Path("conf/small_demo.yaml"))
+    parser.add_argument("--reps", type=int, default=5, help="repetitions per figure (median)")
+    parser.add_argument("--seconds", type=float, default=0.5, help="length of one repetition")
+    args = parser.parse_args()
+
+    small = load_config(args.config)
+    large = replace(small, world=replace(small.world, regions=20, nodes_per_region=100))
+    worlds = {"small_demo": small, "20x100": large}
+    shape = {name: f"{c.world.regions}x{c.world.nodes_per_region}" for name, c in worlds.items()}
+    rates = {
+        name: {envs: sim_steps_per_second(cfg, envs, args.reps, args.seconds) for envs in BATCHES}
+        for name, cfg in worlds.items()
+    }
+    gym_rate = gym_steps_per_second(args.config, args.reps, args.seconds)
+    best_large_batch = max(rates["small_demo"][envs] for envs in BATCHES if envs >= 1024)
+    ratio = best_large_batch / gym_rate
+
+    print(f"MultiCloudSim.step, env steps/s (median of {args.reps}, warm)")
+    print(f"{'world':<12}{'shape':>8}" + "".join(f"{f'B={b}':>14}" for b in BATCHES))
+    for name, by_batch in rates.items():
+        cells = "".join(f"{by_batch[b]:>14,.0f}" for b in BATCHES)
+        print(f"{name:<12}{shape[name]:>8}{cells}")
+    print(f"gymnasium.make single-env step() loop: {gym_rate:,.0f} steps/s")
+    met = {True: "met", False: "MISSED"}
+    print(
+        f"small_demo best of B>=1024: {best_large_batch:,.0f} steps/s (target "
+        f"{TARGET_STEPS_PER_S:,.0f}: {met[best_large_batch >= TARGET_STEPS_PER_S]}); "
+        f"{ratio:,.1f}x the Gymnasium loop "
+        f"(target {TARGET_RATIO:.0f}x: {met[ratio >= TARGET_RATIO]})"
+    )
+    figures = {
+        "bench": "sim",
+        "unit": "env_steps_per_second",
+        "reps": args.reps,
+        "cpus": os.cpu_count(),
+        "machine": platform.machine(),
+        "load_average_1min": os.getloadavg()[0],
+        **{f"{name}_B{b}": round(rate) for name, by in rates.items() for b, rate in by.items()},
+        "gym_single_env": round(gym_rate),
+        "small_demo_B1024plus_best": round(best_large_batch),
+        "ratio_vs_gym": round(ratio, 1),
+        "target_met": best_large_batch >= TARGET_STEPS_PER_S and ratio >= TARGET_RATIO,
+    }
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()

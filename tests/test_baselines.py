@@ -1,0 +1,71 @@
+"""`fedmc baselines`: every dispatcher, every region, one CSV and one table."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedmc_flwr.baselines import evaluate_dispatchers, format_table, run_baselines, summary_rows
+from fedmc_flwr.config import ExperimentConfig
+from fedmc_flwr.policies.heuristics import DISPATCHERS, ORACLES
+from fedmc_flwr.results import COLUMNS
+
+
+def _tiny(cfg: ExperimentConfig, tmp_path: Path) -> ExperimentConfig:
+    return replace(cfg, results_dir=str(tmp_path), eval=replace(cfg.eval, seeds=2, steps=150))
+
+
+def test_rows_per_region_and_pooled_all_row(small_demo: ExperimentConfig, tmp_path: Path) -> None:
+    cfg = _tiny(small_demo, tmp_path)
+    results = evaluate_dispatchers(cfg, ["jsq", "random"], progress=False)
+    assert [(r.policy, r.region) for r in results] == [
+        (name, region) for name in ("jsq", "random") for region in range(3)
+    ]
+    rows = summary_rows(results, ["a", "b", "c"])
+    assert [(row["policy"], row["client"]) for row in rows] == [
+        (name, client) for name in ("jsq", "random") for client in ("a", "b", "c", "all")
+    ]
+    jsq_all = rows[3]
+    pooled = np.concatenate([r.per_seed_reward for r in results[:3]])
+    assert jsq_all["reward"] == pytest.approx(pooled.mean())
+    assert jsq_all["seeds"] == 6 and jsq_all["steps"] == 6 * 150
+    assert jsq_all["latency_ms"] == pytest.approx(np.mean([r["latency_ms"] for r in rows[:3]]))
+    table = format_table(rows).splitlines()
+    assert len(table) == 3 and table[1].startswith("jsq") and table[2].startswith("random")
+
+
+def test_unknown_dispatcher_is_an_error(small_demo: ExperimentConfig) -> None:
+    with pytest.raises(ValueError, match="unknown dispatchers"):
+        evaluate_dispatchers(small_demo, ["jsq", "magic"], progress=False)
+
+
+def test_run_baselines_writes_the_csv_and_prints_the_table(
+    small_demo: ExperimentConfig, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = run_baselines(_tiny(small_demo, tmp_path))
+    assert path == tmp_path.resolve() / "small_demo" / "baselines.csv"
+    with path.open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert tuple(rows[0]) == COLUMNS
+    assert len(rows) == len(DISPATCHERS) * 4
+    assert {(row["phase"], row["round"], row["experiment"]) for row in rows} == {
+        ("eval", "0", "small_demo")
+    }
+    out = capsys.readouterr().out
+    assert all(name in out for name in DISPATCHERS)
+
+
+def test_objectives_conflict_in_small_demo(small_demo: ExperimentConfig) -> None:
+    """No non-oracle dispatcher is best on latency, cost and carbon at once."""
+    names = [name for name in DISPATCHERS if name not in ORACLES]
+    rows = summary_rows(evaluate_dispatchers(small_demo, names, progress=False), ["a", "b", "c"])
+    overall = [row for row in rows if row["client"] == "all"]
+    best = {
+        column: min(overall, key=lambda row: row[column])["policy"]
+        for column in ("latency_ms", "cost_usd", "carbon_g")
+    }
+    assert len(set(best.values())) > 1, best

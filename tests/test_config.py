@@ -1,0 +1,75 @@
+"""Bad configs are one clear line and exit code 2; `inherits` changes only what it says."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from fedmc_flwr.cli import main
+from fedmc_flwr.config import load_config
+
+BAD_FILES = {  # YAML body after `inherits: small_demo.yaml` -> key the error must name
+    "unknown key": ("world:\n  colour: blue\n", "world.colour"),
+    "wrong type": ("world:\n  regions: three\n", "world.regions"),
+    "zero regions": ("world:\n  regions: 0\n", "world.regions"),
+    "negative rate": ("world:\n  outage_rate: -0.1\n", "world.outage_rate"),
+    "negative load": ("world:\n  load: -0.5\n", "world.load"),
+    "all-zero weights": (
+        "reward:\n  latency: 0\n  violations: 0\n  cost: 0\n  carbon: 0\n",
+        "reward",
+    ),
+    "unknown strategy": ("federation:\n  strategy: fedsgd\n", "federation.strategy"),
+    "threshold over capacity": ("world:\n  queue_threshold: 40\n", "world.queue_threshold"),
+}
+
+
+def _fails_with_one_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert out == "" and len(lines) == 1, err
+    return lines[0]
+
+
+@pytest.mark.parametrize("case", sorted(BAD_FILES))
+def test_bad_config_file_is_one_line_naming_key_and_file(
+    case: str, tmp_path: Path, small_demo_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body, key = BAD_FILES[case]
+    path = tmp_path / "bad.yaml"
+    path.write_text(f"inherits: {small_demo_path}\n{body}")
+    line = _fails_with_one_line(capsys, ["baselines", "--config", str(path)])
+    assert str(path) in line and key in line
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [("world.regions=0", "world.regions"), ("world.bogus=1", "world.bogus")],
+)
+def test_bad_override_is_one_line(
+    override: str, key: str, small_demo_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["baselines", "--config", str(small_demo_path), "--set", override]
+    line = _fails_with_one_line(capsys, argv)
+    assert str(small_demo_path) in line and key in line
+
+
+def test_missing_and_malformed_files_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nope.yaml"
+    assert str(missing) in _fails_with_one_line(capsys, ["run", "--config", str(missing)])
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("world: [1\n")
+    assert str(broken) in _fails_with_one_line(capsys, ["train", "--config", str(broken)])
+
+
+def test_ablation_fedprox_differs_from_small_demo_only_in_name_and_federation(
+    small_demo_path: Path,
+) -> None:
+    base = asdict(load_config(small_demo_path))
+    ablation = asdict(load_config(small_demo_path.parent / "ablation_fedprox.yaml"))
+    assert {key for key in base if base[key] != ablation[key]} == {"name", "federation"}
+    assert ablation["federation"] == {**base["federation"], "strategy": "fedprox", "mu": 0.1}

@@ -1,0 +1,113 @@
+"""The Gymnasium adapters follow Gymnasium's API and show exactly MultiCloudSim's world."""
+
+from __future__ import annotations
+
+import doctest
+import warnings
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import fedmc_flwr.sim.gym as sim_gym
+from fedmc_flwr.config import ExperimentConfig, WorldConfig
+from fedmc_flwr.sim import ENV_ID
+from fedmc_flwr.sim.gym import MultiCloudEnv, MultiCloudVectorEnv
+from fedmc_flwr.sim.world import MultiCloudSim
+
+
+def test_check_env_passes_without_warnings() -> None:
+    env = gym.make(ENV_ID)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_env(env.unwrapped)
+
+
+def test_the_docstring_example_runs() -> None:
+    failures, attempted = doctest.testmod(sim_gym)
+    assert attempted > 0 and failures == 0
+
+
+def test_make_accepts_a_config_path_ingress_name_and_time_limit(small_demo_path: Path) -> None:
+    env = gym.make(ENV_ID, config=small_demo_path, ingress="europe-west9", max_episode_steps=5)
+    assert env.unwrapped.sim.ingress.tolist() == [1]
+    _, info = env.reset(seed=1)
+    ends = []
+    for _ in range(5):
+        action = int(np.flatnonzero(info["action_mask"])[0])
+        _, reward, terminated, truncated, info = env.step(action)
+        assert not terminated and np.isfinite(reward)
+        ends.append(truncated)
+    assert ends == [False] * 4 + [True]
+    assert set(info) >= {"action_mask", "latency_ms", "carbon_g"}
+
+
+def test_bad_arguments_are_clear_errors(small_demo: ExperimentConfig) -> None:
+    with pytest.raises(ValueError, match="unknown ingress region 'mars'"):
+        MultiCloudEnv(ingress="mars")
+    with pytest.raises(ValueError, match="out of range"):
+        MultiCloudEnv(small_demo, ingress=3)
+    with pytest.raises(ValueError, match="either config or world"):
+        MultiCloudEnv(small_demo, world=WorldConfig())
+    with pytest.raises(ValueError, match="one ingress region per env"):
+        MultiCloudVectorEnv(3, ingress=[0, 1])
+
+
+def test_env_is_the_batch_of_one(small_demo: ExperimentConfig) -> None:
+    env = MultiCloudEnv(small_demo, ingress=2)
+    sim = MultiCloudSim(small_demo.world, small_demo.reward, [2])
+    obs, info = env.reset(seed=42)
+    expected_obs, expected_mask = sim.reset([42])
+    np.testing.assert_array_equal(obs, expected_obs[0])
+    np.testing.assert_array_equal(info["action_mask"], expected_mask[0])
+    for action in np.arange(60) % sim.num_actions:
+        obs, reward, _, _, info = env.step(action)
+        result = sim.step(np.array([action]))
+        np.testing.assert_array_equal(obs, result.obs[0])
+        np.testing.assert_array_equal(info["action_mask"], result.mask[0])
+        assert reward == result.reward[0]
+        assert obs in env.observation_space
+
+
+def test_make_vec_builds_the_batched_env(small_demo: ExperimentConfig) -> None:
+    envs = gym.make_vec(ENV_ID, num_envs=4, config=small_demo, ingress=[0, 1, 2, 0])
+    assert isinstance(envs, MultiCloudVectorEnv)
+    assert envs.action_space.shape == (4,)
+    assert envs.single_observation_space.shape == (envs.sim.obs_dim,)
+    assert envs.max_episode_steps == 2000
+    obs, info = envs.reset(seed=0)
+    assert obs in envs.observation_space and info["action_mask"].shape == (4, 18)
+
+
+def test_vector_env_k_matches_the_single_env_seeded_s_plus_k(small_demo: ExperimentConfig) -> None:
+    regions = [0, 1, 2]
+    envs = MultiCloudVectorEnv(3, small_demo, ingress=regions)
+    singles = [MultiCloudEnv(small_demo, ingress=r) for r in regions]
+    obs, info = envs.reset(seed=10)
+    for k, env in enumerate(singles):
+        np.testing.assert_array_equal(env.reset(seed=10 + k)[0], obs[k])
+    for _ in range(50):
+        actions = np.where(info["action_mask"], obs[:, :18], np.inf).argmin(axis=1)
+        obs, reward, _, _, info = envs.step(actions)
+        for k, env in enumerate(singles):
+            single_obs, single_reward, *_ = env.step(actions[k])
+            np.testing.assert_array_equal(single_obs, obs[k])
+            assert single_reward == reward[k]
+
+
+def test_vector_env_autoresets_on_the_step_after_truncation(
+    small_demo: ExperimentConfig,
+) -> None:
+    envs = MultiCloudVectorEnv(2, small_demo, max_episode_steps=3)
+    envs.reset(seed=0)
+    actions = np.zeros(2, dtype=np.int64)
+    flags = [envs.step(actions)[3].tolist() for _ in range(3)]
+    assert flags == [[False, False], [False, False], [True, True]]
+    obs, reward, terminated, truncated, info = envs.step(actions)
+    np.testing.assert_array_equal(reward, 0.0)
+    assert not info["_latency_ms"].any() and not truncated.any() and not terminated.any()
+    np.testing.assert_array_equal(obs[:, :18], 0.0)  # fresh episodes: empty queues
+    flags = [envs.step(actions)[3].tolist() for _ in range(3)]
+    assert flags == [[False, False], [False, False], [True, True]]

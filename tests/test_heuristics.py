@@ -1,0 +1,199 @@
+"""The dispatchers do what their definitions say, never pick a masked node, and rank as
+queueing theory says they should."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from fedmc_flwr.config import ExperimentConfig, WorldConfig
+from fedmc_flwr.policies.heuristics import (
+    DISPATCHERS,
+    ORACLES,
+    RoundRobinPolicy,
+    TwoTierPolicy,
+)
+from fedmc_flwr.sim.world import MultiCloudSim
+
+NAMES = [
+    "random",
+    "round-robin",
+    "jsq",
+    "two-tier",
+    "power-of-2",
+    "sed",
+    "cheapest-region",
+    "greenest-region",
+    "myopic-oracle",
+]
+
+
+def test_registry_names_and_order() -> None:
+    assert list(DISPATCHERS) == NAMES
+    assert frozenset({"myopic-oracle"}) == ORACLES
+    assert DISPATCHERS["two-tier"] is TwoTierPolicy
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_never_a_masked_action_under_outages_and_full_queues(
+    name: str, small_demo: ExperimentConfig, rollout
+) -> None:
+    world = replace(
+        small_demo.world, outage_rate=0.3, outage_mean_s=2.0, queue_capacity=4, queue_threshold=3
+    )
+    sim = MultiCloudSim(world, small_demo.reward, np.arange(12) % world.regions)
+    policy = DISPATCHERS[name](sim)
+    assert policy.name == name
+    rollout(sim, policy, np.arange(12), 300)  # asserts every action is valid
+    assert (~sim.mask).any(), "the test must exercise masks"
+
+
+def _fresh(cfg: ExperimentConfig, world: WorldConfig | None = None, envs: int = 1):
+    sim = MultiCloudSim(world or cfg.world, cfg.reward, np.zeros(envs, dtype=np.int64))
+    obs, mask = sim.reset(np.arange(envs))
+    return sim, obs, mask
+
+
+def test_random_is_uniform_over_valid_nodes(small_demo: ExperimentConfig) -> None:
+    sim, obs, mask = _fresh(small_demo, envs=4000)
+    mask[:, :3] = False
+    actions = DISPATCHERS["random"](sim, seed=1).act(obs, mask)
+    counts = np.bincount(actions, minlength=sim.num_actions)
+    assert counts[:3].sum() == 0
+    assert np.abs(counts[3:] / len(actions) - 1 / 15).max() < 0.02
+    again = DISPATCHERS["random"](sim, seed=1).act(obs, mask)
+    np.testing.assert_array_equal(actions, again)
+
+
+def test_round_robin_cycles_over_valid_nodes_weighted_by_speed(
+    small_demo: ExperimentConfig, identical_world: WorldConfig
+) -> None:
+    sim, obs, mask = _fresh(small_demo, identical_world)
+    policy = RoundRobinPolicy(sim)
+    mask[0, 4] = False
+    picks = [int(policy.act(obs, mask)[0]) for _ in range(34)]
+    assert picks == [n for n in range(18) if n != 4] * 2
+    sim, obs, mask = _fresh(small_demo)
+    policy = RoundRobinPolicy(sim)
+    picks = np.array([policy.act(obs, mask)[0] for _ in range(100 * int(sim.spec.speed.sum()))])
+    shares = np.bincount(picks, minlength=sim.num_actions) / len(picks)
+    np.testing.assert_allclose(shares, sim.spec.speed / sim.spec.speed.sum(), atol=0.002)
+
+
+def test_jsq_and_power_of_two_join_shorter_queues(small_demo: ExperimentConfig) -> None:
+    sim, obs, mask = _fresh(small_demo, envs=2000)
+    obs[:, sim.layout.queue] = 5.0
+    obs[:, 7] = 2.0
+    obs[:, 11] = 2.0
+    jsq = DISPATCHERS["jsq"](sim).act(obs, mask)
+    assert set(jsq.tolist()) == {7, 11}  # both tied minima are used
+    only_two = np.zeros_like(mask)
+    only_two[:, [3, 7]] = True
+    assert (DISPATCHERS["power-of-2"](sim).act(obs, only_two) == 7).all()
+    pow2 = DISPATCHERS["power-of-2"](sim).act(obs, mask)
+    sampled_a_short_one = 1 - (16 / 18) * (15 / 17)
+    assert abs(np.isin(pow2, [7, 11]).mean() - sampled_a_short_one) < 0.04
+
+
+def test_two_tier_uses_mean_queue_of_live_nodes_then_shortest_node(
+    small_demo: ExperimentConfig,
+) -> None:
+    sim, obs, mask = _fresh(small_demo)
+    queue = [0, 9, 9, 9, 9, 9, 4, 4, 4, 4, 4, 1, 0, 4, 4, 4, 4, 4]  # region by region
+    obs[0, sim.layout.queue] = queue
+    obs[0, sim.layout.up.start + 12] = 0.0  # down: region 2's live mean is 4, not 3.33
+    mask[0, 12] = False
+    assert TwoTierPolicy(sim).act(obs, mask)[0] == 11  # region 1 (mean 3.5), its shortest
+
+
+def _expected_delay(sim: MultiCloudSim, obs: np.ndarray, node: int) -> float:
+    """SED's definition, one node at a time."""
+    region = node // sim.nodes_per_region
+    ingress = int(np.argmax(obs[sim.layout.ingress]))
+    background = obs[sim.layout.background][region]
+    rate = sim.spec.speed[node] * (1.0 - background)
+    queue = obs[sim.layout.queue][node]
+    return sim.spec.rtt_s[ingress, region] + (queue + 1) * sim.spec.mean_service_s / rate
+
+
+def test_sed_minimises_expected_delay(small_demo: ExperimentConfig, rollout) -> None:
+    sim = MultiCloudSim(small_demo.world, small_demo.reward, np.arange(6) % 3)
+    rollout(sim, DISPATCHERS["random"](sim), np.arange(6), 300)  # reach a loaded state
+    obs, mask = sim.obs, sim.mask
+    actions = DISPATCHERS["sed"](sim).act(obs, mask)
+    for b, action in enumerate(actions):
+        delays = [_expected_delay(sim, obs[b], n) for n in np.flatnonzero(mask[b])]
+        assert _expected_delay(sim, obs[b], action) == pytest.approx(min(delays))
+
+
+def test_greedy_regions_prefer_cheap_or_green_regions_that_meet_the_slo(
+    small_demo: ExperimentConfig,
+) -> None:
+    sim, obs, mask = _fresh(small_demo)
+    per_region = sim.nodes_per_region
+
+    def region_of(name: str, view: np.ndarray) -> int:
+        return int(DISPATCHERS[name](sim).act(view, mask)[0]) // per_region
+
+    carbon = obs[0, sim.layout.carbon]
+    assert region_of("greenest-region", obs) == int(np.argmin(carbon))
+    cheap = obs.copy()
+    cheap[0, sim.layout.price.start + 1] *= 0.1
+    assert region_of("cheapest-region", cheap) == 1
+    # the greenest region cannot meet the SLO (queues at the threshold): the next one wins
+    busy = obs.copy()
+    greenest = int(np.argmin(carbon))
+    busy[0, greenest * per_region : (greenest + 1) * per_region] = sim.spec.queue_threshold
+    assert region_of("greenest-region", busy) == int(np.argsort(carbon)[1])
+    # no region can: plain shortest expected delay
+    jammed = obs.copy()
+    jammed[0, sim.layout.queue] = sim.spec.queue_threshold + np.arange(sim.num_actions) % 3
+    best = min(_expected_delay(sim, jammed[0], n) for n in range(sim.num_actions))
+    for name in ("cheapest-region", "greenest-region"):
+        action = DISPATCHERS[name](sim).act(jammed, mask)[0]
+        assert _expected_delay(sim, jammed[0], action) == pytest.approx(best)
+
+
+def test_myopic_oracle_takes_the_cheapest_immediate_cost(
+    small_demo: ExperimentConfig, rollout
+) -> None:
+    sim = MultiCloudSim(small_demo.world, small_demo.reward, np.arange(6) % 3)
+    rollout(sim, DISPATCHERS["jsq"](sim), np.arange(6), 200)
+    actions = DISPATCHERS["myopic-oracle"](sim).act(sim.obs, sim.mask)
+    costs = sim.dispatch_costs()
+    np.testing.assert_array_equal(costs[np.arange(6), actions], costs.min(axis=1))
+
+
+def _latencies(cfg: ExperimentConfig, world: WorldConfig, names: list[str], rollout) -> dict:
+    """Per-seed mean latency of each dispatcher on the same seeds (common random numbers:
+    arrivals and job sizes do not depend on the actions)."""
+    envs = 16
+    out = {}
+    for name in names:
+        sim = MultiCloudSim(world, cfg.reward, np.arange(envs) % world.regions)
+        out[name] = rollout(sim, DISPATCHERS[name](sim), np.arange(envs) + 77, 3000)["latency_ms"]
+    return out
+
+
+@pytest.mark.parametrize("identical", [False, True], ids=["small_demo", "identical"])
+def test_jsq_beats_random_and_round_robin(
+    identical: bool, small_demo: ExperimentConfig, identical_world: WorldConfig, rollout
+) -> None:
+    world = identical_world if identical else small_demo.world
+    latency = _latencies(small_demo, world, ["jsq", "random", "round-robin"], rollout)
+    for other in ("random", "round-robin"):
+        gap = latency[other] - latency["jsq"]
+        assert gap.mean() > 5 * gap.std(ddof=1) / np.sqrt(len(gap)), other
+
+
+def test_no_dispatcher_beats_jsq_on_identical_servers(
+    small_demo: ExperimentConfig, identical_world: WorldConfig, rollout
+) -> None:
+    """Winston (1977): JSQ is optimal for identical exponential servers."""
+    names = [name for name in NAMES if name not in ORACLES]
+    latency = _latencies(small_demo, identical_world, names, rollout)
+    for name in names:
+        gap = latency[name] - latency["jsq"]
+        assert gap.mean() >= -3 * gap.std(ddof=1) / np.sqrt(len(gap)), name
