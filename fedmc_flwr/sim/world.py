@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 from fedmc_flwr.config import RewardWeights, WorldConfig
@@ -151,6 +152,8 @@ class MultiCloudSim:
 
     `ingress[b]` is the region whose workload env b serves: a federated client passes its
     own region for every env; a centralised learner may mix regions in one batch.
+    `threads` is how many threads one step may use: 1 by default, because learners and
+    Flower clients already keep every core busy; large batches gain from more.
     """
 
     def __init__(
@@ -158,7 +161,11 @@ class MultiCloudSim:
         world: WorldConfig,
         reward: RewardWeights,
         ingress: Sequence[int] | np.ndarray,
+        threads: int = 1,
     ) -> None:
+        if not 1 <= threads <= numba.config.NUMBA_NUM_THREADS:
+            raise ValueError(f"threads must lie in [1, {numba.config.NUMBA_NUM_THREADS}]")
+        self.threads = threads
         self.spec = build_spec(world, reward)
         ingress = np.asarray(ingress, dtype=np.int64)
         if ingress.ndim != 1 or len(ingress) == 0:
@@ -236,6 +243,8 @@ class MultiCloudSim:
         actions = np.ascontiguousarray(actions, dtype=np.int64)
         if actions.shape != (self.num_envs,):
             raise ValueError(f"expected {self.num_envs} actions, got shape {actions.shape}")
+        if numba.get_num_threads() != self.threads:
+            numba.set_num_threads(self.threads)
         reward = np.empty(self.num_envs)
         metrics = np.empty((self.num_envs, len(METRIC_NAMES)))
         obs = np.empty_like(self.obs)
