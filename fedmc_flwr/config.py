@@ -81,12 +81,14 @@ class WorldConfig:
 class PPOConfig:
     """PPO hyperparameters of every learner (CleanRL's ppo.py naming)."""
 
-    num_envs: int = 16
+    num_envs: int = 64
     """Parallel environments per learner."""
     rollout_steps: int = 128
     """Environment steps per parallel environment between two updates."""
-    learning_rate: float = 3e-4
+    learning_rate: float = 1e-3
     """Adam learning rate."""
+    anneal_lr: bool = True
+    """Decay the learning rate linearly to 0 over train.rounds * train.steps_per_round steps."""
     gamma: float = 0.95
     """Discount factor."""
     gae_lambda: float = 0.95
@@ -97,7 +99,7 @@ class PPOConfig:
     """Passes over each rollout."""
     clip_coef: float = 0.2
     """Surrogate clipping coefficient."""
-    ent_coef: float = 0.01
+    ent_coef: float = 0.001
     """Entropy bonus coefficient."""
     vf_coef: float = 0.5
     """Value loss coefficient."""

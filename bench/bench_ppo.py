@@ -1,0 +1,136 @@
+"""Training frames per second of our PPO learner against Stable-Baselines3 PPO.
+
+Both train on the same world, in the same process, with the same settings: `--envs`
+parallel worlds, the config's rollout length, minibatch size, epochs and hidden width (two
+tanh layers for actor and critic), observation and reward normalisation, and the same
+pinned torch thread count. Our learner steps the batched `MultiCloudSim` directly; SB3
+steps the Gymnasium env `fedmc/MultiCloud-v0` (a batch-of-one view of the same world) in
+its `DummyVecEnv`, wrapped in `VecNormalize`. Each is warmed up with one rollout and update,
+then timed over `--rollouts` rollouts and updates; a frame is one env step.
+
+Prints a table, then one JSON line of the figures.
+
+    python bench/bench_ppo.py [--config conf/small_demo.yaml] [--envs 64] [--rollouts 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import torch
+from stable_baselines3 import PPO
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.vec_env import VecNormalize
+
+from fedmc_flwr.config import ExperimentConfig, load_config
+from fedmc_flwr.policies.ppo import PPOLearner
+from fedmc_flwr.sim import ENV_ID
+
+TARGET_FRAMES_PER_S = 40_000
+TARGET_RATIO = 5.0
+
+
+def ours_frames_per_second(cfg: ExperimentConfig, rollouts: int) -> float:
+    """Frames per second of PPOLearner.train_round over `rollouts` rollouts and updates."""
+    learner = PPOLearner(cfg, list(range(cfg.world.regions)), cfg.seed)
+    learner.train_round(cfg.ppo.rollout_steps)  # warm-up
+    start = time.perf_counter()
+    learner.train_round(cfg.ppo.rollout_steps * rollouts)
+    return cfg.ppo.num_envs * cfg.ppo.rollout_steps * rollouts / (time.perf_counter() - start)
+
+
+def sb3_frames_per_second(cfg: ExperimentConfig, config_path: Path, rollouts: int) -> float:
+    """Frames per second of SB3 PPO.learn at the same settings, on the Gymnasium env."""
+    ppo = cfg.ppo
+    envs = VecNormalize(
+        make_vec_env(
+            lambda: gym.make(ENV_ID, config=config_path),
+            n_envs=ppo.num_envs,
+            seed=cfg.seed,
+        ),
+        gamma=ppo.gamma,
+    )
+    batch = ppo.num_envs * ppo.rollout_steps
+    model = PPO(
+        "MlpPolicy",
+        envs,
+        learning_rate=ppo.learning_rate,
+        n_steps=ppo.rollout_steps,
+        batch_size=batch // ppo.num_minibatches,
+        n_epochs=ppo.update_epochs,
+        gamma=ppo.gamma,
+        gae_lambda=ppo.gae_lambda,
+        clip_range=ppo.clip_coef,
+        ent_coef=ppo.ent_coef,
+        vf_coef=ppo.vf_coef,
+        max_grad_norm=ppo.max_grad_norm,
+        policy_kwargs={
+            "net_arch": {"pi": [ppo.hidden_size] * 2, "vf": [ppo.hidden_size] * 2},
+            "activation_fn": torch.nn.Tanh,
+        },
+        seed=cfg.seed,
+        device="cpu",
+        verbose=0,
+    )
+    model.learn(total_timesteps=batch)  # warm-up
+    start = time.perf_counter()
+    model.learn(total_timesteps=batch * rollouts, reset_num_timesteps=False)
+    return batch * rollouts / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=Path, default=Path("conf/small_demo.yaml"))
+    parser.add_argument("--envs", type=int, default=64, help="parallel worlds of each learner")
+    parser.add_argument("--rollouts", type=int, default=3, help="timed rollouts + updates")
+    args = parser.parse_args()
+    cfg = load_config(args.config, [f"ppo.num_envs={args.envs}"])
+    threads = cfg.ppo.torch_threads
+    torch.set_num_threads(threads)
+
+    ours = ours_frames_per_second(cfg, args.rollouts)
+    sb3 = sb3_frames_per_second(cfg, args.config.resolve(), args.rollouts)
+    ratio = ours / sb3
+    ppo = cfg.ppo
+    settings = (
+        f"envs={ppo.num_envs} rollout={ppo.rollout_steps} "
+        f"minibatch={ppo.num_envs * ppo.rollout_steps // ppo.num_minibatches} "
+        f"epochs={ppo.update_epochs} hidden={ppo.hidden_size}x2 torch_threads={threads}"
+    )
+    print(f"PPO training frames/s on {cfg.name} ({settings}); load {os.getloadavg()[0]:.2f}")
+    print(f"{'learner':<22}{'frames/s':>12}")
+    print(f"{'fedmc PPOLearner':<22}{ours:>12,.0f}")
+    print(f"{'stable-baselines3 PPO':<22}{sb3:>12,.0f}")
+    print(
+        f"ratio {ratio:.1f}x (target >= {TARGET_RATIO:.0f}x); ours target >= "
+        f"{TARGET_FRAMES_PER_S:,} frames/s"
+    )
+    print(
+        json.dumps(
+            {
+                "bench": "ppo",
+                "config": cfg.name,
+                "envs": ppo.num_envs,
+                "rollout_steps": ppo.rollout_steps,
+                "minibatch": ppo.num_envs * ppo.rollout_steps // ppo.num_minibatches,
+                "epochs": ppo.update_epochs,
+                "hidden": ppo.hidden_size,
+                "torch_threads": threads,
+                "ours_frames_per_s": round(ours, 1),
+                "sb3_frames_per_s": round(sb3, 1),
+                "ratio": round(ratio, 2),
+                "load_avg_1min": round(os.getloadavg()[0], 2),
+                "cpu": platform.processor() or platform.machine(),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

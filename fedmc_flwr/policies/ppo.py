@@ -1,0 +1,469 @@
+"""PPO learner of one region (or of all regions pooled) on the batched MultiCloudSim.
+
+The algorithm follows CleanRL's ppo.py: a 2-layer MLP actor-critic, GAE, the clipped
+surrogate, a value loss, an entropy bonus, per-minibatch advantage normalisation, a global
+gradient-norm clip and several epochs of minibatches over each rollout. Dispatching is a
+continuing task (an estate never ends), so nothing is ever terminal: every rollout
+bootstraps from the value of the observation it stops at. Each training world is still
+restarted from a fresh seed every `episode_steps` jobs (a truncation, through which the
+value also bootstraps), so the learner sees the same mix of quiet starts and busy hours as
+the held-out episodes rather than one ever-longer day. Logits of masked actions are set to
+a large negative number, so the sampled, the greedy and the trained distributions never
+put weight on a node that is down or full. Rewards are scaled by the running standard
+deviation of the discounted return, so the critic's gradient cannot swamp the actor's under
+the shared gradient-norm clip.
+
+Everything a federated client must carry between rounds (weights, Adam moments, the running
+observation normaliser, the torch RNG, the worlds' state and the counters) is one flat dict
+of numpy arrays, so it can be saved with `np.savez` and read back without pickle.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from fedmc_flwr.config import ExperimentConfig, PPOConfig
+from fedmc_flwr.sim.world import MultiCloudSim
+
+MASKED_LOGIT = -1e8
+"""Logit of a masked action: its probability is exactly 0 and its entropy term 0, never NaN."""
+OBS_CLIP = 10.0
+"""Normalised observations are clipped to +-OBS_CLIP (a node coming back from an outage
+would otherwise be hundreds of standard deviations away)."""
+
+TRAIN_METRICS = ("reward", "latency_ms", "slo_violation_rate", "cost_usd", "carbon_g", "energy_kwh")
+"""Training means per job that train_round reports, in METRIC_NAMES order after reward."""
+LOSS_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")
+
+
+def _layer(n_in: int, n_out: int, std: float) -> nn.Linear:
+    """Orthogonal weights and zero bias, CleanRL's initialisation."""
+    layer = nn.Linear(n_in, n_out)
+    nn.init.orthogonal_(layer.weight, std)
+    nn.init.constant_(layer.bias, 0.0)
+    return layer
+
+
+class ActorCritic(nn.Module):
+    """Separate 2-layer tanh MLPs for the logits over all nodes and for the state value."""
+
+    def __init__(self, obs_dim: int, num_actions: int, hidden: int) -> None:
+        super().__init__()
+        gain = float(np.sqrt(2.0))
+        self.actor = nn.Sequential(
+            _layer(obs_dim, hidden, gain),
+            nn.Tanh(),
+            _layer(hidden, hidden, gain),
+            nn.Tanh(),
+            _layer(hidden, num_actions, 0.01),
+        )
+        self.critic = nn.Sequential(
+            _layer(obs_dim, hidden, gain),
+            nn.Tanh(),
+            _layer(hidden, hidden, gain),
+            nn.Tanh(),
+            _layer(hidden, 1, 1.0),
+        )
+
+    def masked_logits(self, obs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.actor(obs).masked_fill(~mask, MASKED_LOGIT)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.critic(obs).squeeze(-1)
+
+
+class RunningNorm:
+    """Running mean and variance of observations (parallel Welford, float64)."""
+
+    def __init__(self, dim: int) -> None:
+        self.mean = np.zeros(dim)
+        self.var = np.ones(dim)
+        self.count = 1e-4
+
+    def update(self, batch: np.ndarray) -> None:
+        n = batch.shape[0]
+        batch_mean = batch.mean(axis=0, dtype=np.float64)
+        batch_var = batch.var(axis=0, dtype=np.float64)
+        total = self.count + n
+        delta = batch_mean - self.mean
+        self.mean = self.mean + delta * (n / total)
+        m2 = self.var * self.count + batch_var * n + delta**2 * (self.count * n / total)
+        self.var = m2 / total
+        self.count = total
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        return normalise(obs, self.mean, self.var)
+
+
+def normalise(obs: np.ndarray, mean: np.ndarray, var: np.ndarray) -> np.ndarray:
+    """(obs - mean) / std, clipped, as float32 for the network."""
+    scaled = (obs - mean) / np.sqrt(var + 1e-8)
+    return np.clip(scaled, -OBS_CLIP, OBS_CLIP).astype(np.float32)
+
+
+def gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    cut: torch.Tensor,
+    gamma: float,
+    lam: float,
+) -> torch.Tensor:
+    """Advantages of a [T, B] rollout of a continuing task.
+
+    `next_values[t]` is the value of the state step t led to (for a truncated env, the
+    state before its restart); `cut[t]` marks those restarts, where the GAE sum stops. An
+    episode's end is a truncation, never a terminal state: it always bootstraps.
+    """
+    advantages = torch.zeros_like(rewards)
+    running = torch.zeros_like(rewards[0])
+    keep = 1.0 - cut.to(rewards.dtype)
+    for t in range(rewards.shape[0] - 1, -1, -1):
+        delta = rewards[t] + gamma * next_values[t] - values[t]
+        running = delta + gamma * lam * keep[t] * running
+        advantages[t] = running
+    return advantages
+
+
+def proximal_term(
+    params: Sequence[torch.Tensor], anchor: Sequence[torch.Tensor], mu: float
+) -> torch.Tensor:
+    """FedProx's mu/2 * ||w - w_anchor||^2; `anchor` holds constants (no gradient flows)."""
+    total = torch.zeros((), dtype=params[0].dtype)
+    for p, a in zip(params, anchor, strict=True):
+        total = total + (p - a.detach()).pow(2).sum()
+    return 0.5 * mu * total
+
+
+def ppo_loss(
+    model: ActorCritic,
+    batch: dict[str, torch.Tensor],
+    ppo: PPOConfig,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The clipped-surrogate loss of one minibatch and its diagnostics."""
+    logits = model.masked_logits(batch["obs"], batch["mask"])
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(1, batch["actions"].unsqueeze(1)).squeeze(1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
+    logratio = logp - batch["logprobs"]
+    ratio = logratio.exp()
+    adv = batch["advantages"]
+    if ppo.norm_adv and adv.numel() > 1:
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - ppo.clip_coef, 1 + ppo.clip_coef))
+    pg_loss = pg_loss.mean()
+    v_loss = 0.5 * (model.value(batch["obs"]) - batch["returns"]).pow(2).mean()
+    loss = pg_loss - ppo.ent_coef * entropy + ppo.vf_coef * v_loss
+    with torch.no_grad():
+        stats = {
+            "policy_loss": float(pg_loss),
+            "value_loss": float(v_loss),
+            "entropy": float(entropy),
+            "approx_kl": float(((ratio - 1) - logratio).mean()),
+            "clipfrac": float(((ratio - 1.0).abs() > ppo.clip_coef).float().mean()),
+        }
+    return loss, stats
+
+
+def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
+    """1 - Var(returns - values) / Var(returns): how much of the return the critic explains."""
+    var = float(returns.var())
+    return float("nan") if var == 0 else 1.0 - float((returns - values).var()) / var
+
+
+class GreedyPolicy:
+    """Argmax over masked logits of a frozen actor and normaliser (serves `Policy`)."""
+
+    def __init__(self, name: str, actor: nn.Module, mean: np.ndarray, var: np.ndarray) -> None:
+        self.name = name
+        self._actor = actor
+        self._mean = mean.copy()
+        self._var = var.copy()
+
+    def act(self, obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            x = torch.from_numpy(normalise(obs, self._mean, self._var))
+            logits = self._actor(x).masked_fill(~torch.from_numpy(mask), MASKED_LOGIT)
+            return logits.argmax(dim=1).numpy().astype(np.int64)
+
+
+def _episode_seed(seed: int, env: int, episode: int) -> int:
+    """World seed of one training episode: hashed, so far from the held-out seed numbers."""
+    return int(np.random.SeedSequence([seed, env, episode]).generate_state(1, np.uint64)[0])
+
+
+def _torch_seed(seed: int) -> int:
+    return int(np.random.SeedSequence([seed, 0x7047]).generate_state(1, np.uint64)[0] >> 1)
+
+
+class PPOLearner:
+    """One PPO agent and its batch of worlds; see apis.md for the contract it serves."""
+
+    def __init__(self, cfg: ExperimentConfig, regions: Sequence[int], seed: int) -> None:
+        regions = list(regions)
+        if not regions:
+            raise ValueError("a learner needs at least one region")
+        torch.set_num_threads(cfg.ppo.torch_threads)
+        self.cfg = cfg
+        self.ppo = cfg.ppo
+        ingress = np.array([regions[k % len(regions)] for k in range(cfg.ppo.num_envs)])
+        self.sim = MultiCloudSim(cfg.world, cfg.reward, ingress)
+        self.seed = seed
+        torch_seed = _torch_seed(seed)
+        self.generator = torch.Generator().manual_seed(torch_seed)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(torch_seed)
+            self.model = ActorCritic(self.sim.obs_dim, self.sim.num_actions, cfg.ppo.hidden_size)
+        self.params = list(self.model.parameters())
+        self.optimizer = torch.optim.Adam(
+            self.params, lr=cfg.ppo.learning_rate, eps=1e-5, foreach=False
+        )
+        self.norm = RunningNorm(self.sim.obs_dim)
+        self.return_norm = RunningNorm(1)
+        self.discounted = np.zeros(cfg.ppo.num_envs)
+        self.episodes = np.zeros(cfg.ppo.num_envs, dtype=np.int64)
+        env_seeds = [_episode_seed(seed, k, 0) for k in range(cfg.ppo.num_envs)]
+        self.obs, self.mask = self.sim.reset(np.array(env_seeds, dtype=np.uint64))
+        # Episodes start staggered, so restarts spread evenly over time.
+        offsets = np.arange(cfg.ppo.num_envs) * cfg.ppo.episode_steps // cfg.ppo.num_envs
+        self.elapsed = offsets.astype(np.int64)
+        self.norm.update(self.obs)
+        self.global_step = 0
+
+    # --- weights that travel ----------------------------------------------------------
+
+    def get_weights(self) -> list[np.ndarray]:
+        arrays = [p.detach().numpy().astype(np.float32, copy=True) for p in self.params]
+        return [*arrays, self.norm.mean.copy(), self.norm.var.copy()]
+
+    def set_weights(self, weights: list[np.ndarray]) -> None:
+        expected = self.get_weights()
+        if len(weights) != len(expected):
+            raise ValueError(f"expected {len(expected)} weight arrays, got {len(weights)}")
+        for i, (new, old) in enumerate(zip(weights, expected, strict=True)):
+            if np.shape(new) != old.shape:
+                raise ValueError(f"weight {i}: shape {np.shape(new)}, expected {old.shape}")
+            if not np.all(np.isfinite(new)):
+                raise ValueError(f"weight {i}: contains NaN or inf")
+        with torch.no_grad():
+            for p, new in zip(self.params, weights[: len(self.params)], strict=True):
+                p.copy_(torch.from_numpy(np.asarray(new, dtype=np.float32)))
+        self.norm.mean = np.asarray(weights[-2], dtype=np.float64).copy()
+        self.norm.var = np.asarray(weights[-1], dtype=np.float64).copy()
+
+    def policy(self, name: str = "ppo") -> GreedyPolicy:
+        actor = copy.deepcopy(self.model.actor).requires_grad_(False)
+        return GreedyPolicy(name, actor, self.norm.mean, self.norm.var)
+
+    # --- training ---------------------------------------------------------------------
+
+    def train_round(self, steps_per_env: int, proximal_mu: float = 0.0) -> dict[str, float]:
+        if steps_per_env <= 0:
+            raise ValueError(f"steps_per_env must be > 0, got {steps_per_env}")
+        if proximal_mu < 0:
+            raise ValueError(f"proximal_mu must be >= 0, got {proximal_mu}")
+        start = time.perf_counter()
+        anchor = [p.detach().clone() for p in self.params]
+        job_sums = np.zeros(len(TRAIN_METRICS))
+        losses = {name: 0.0 for name in LOSS_METRICS}
+        updates = 0
+        ev_sum, ev_count = 0.0, 0
+        done = 0
+        while done < steps_per_env:
+            length = min(self.ppo.rollout_steps, steps_per_env - done)
+            self._set_learning_rate(self.global_step // self.sim.num_envs + done)
+            rollout = self._collect(length, job_sums)
+            stats, n = self._update(rollout, anchor, proximal_mu)
+            for name in LOSS_METRICS:
+                losses[name] += stats[name]
+            updates += n
+            ev = explained_variance(rollout["values"], rollout["returns"])
+            if not np.isnan(ev):
+                ev_sum, ev_count = ev_sum + ev, ev_count + 1
+            done += length
+        env_steps = steps_per_env * self.sim.num_envs
+        self.global_step += env_steps
+        elapsed = time.perf_counter() - start
+        out = {name: losses[name] / updates for name in LOSS_METRICS}
+        out["explained_variance"] = ev_sum / ev_count if ev_count else float("nan")
+        out["steps_per_second"] = env_steps / elapsed
+        out["env_steps"] = float(env_steps)
+        for name, total in zip(TRAIN_METRICS, job_sums, strict=True):
+            out[name] = float(total / env_steps)
+        return out
+
+    def _set_learning_rate(self, steps_done: int) -> None:
+        """CleanRL's linear decay to 0 over the run's planned steps per env, if enabled."""
+        lr = self.ppo.learning_rate
+        if self.ppo.anneal_lr:
+            planned = self.cfg.train.rounds * self.cfg.train.steps_per_round
+            lr *= max(0.0, 1.0 - steps_done / planned)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    @torch.inference_mode()
+    def _collect(self, length: int, job_sums: np.ndarray) -> dict[str, torch.Tensor]:
+        """Run `length` batched steps; store what the update needs, flattened to [T*B]."""
+        b, d, a = self.sim.num_envs, self.sim.obs_dim, self.sim.num_actions
+        obs_buf = torch.empty((length, b, d))
+        mask_buf = torch.empty((length, b, a), dtype=torch.bool)
+        act_buf = torch.empty((length, b), dtype=torch.int64)
+        logp_buf = torch.empty((length, b))
+        val_buf = torch.empty((length + 1, b))
+        rew_buf = torch.empty((length, b))
+        cut_buf = torch.zeros((length, b), dtype=torch.bool)
+        bootstrap = torch.zeros((length, b))
+        x = torch.from_numpy(self.norm(self.obs))
+        for t in range(length):
+            m = torch.from_numpy(self.mask)
+            logits = self.model.masked_logits(x, m)
+            logp_all = torch.log_softmax(logits, dim=-1)
+            noise = torch.rand(logits.shape, generator=self.generator)
+            action = (logits - torch.log(-torch.log(noise))).argmax(dim=1)
+            obs_buf[t] = x
+            mask_buf[t] = m
+            act_buf[t] = action
+            logp_buf[t] = logp_all.gather(1, action.unsqueeze(1)).squeeze(1)
+            val_buf[t] = self.model.value(x)
+            result = self.sim.step(action.numpy())
+            rew_buf[t] = torch.from_numpy(self._scale_rewards(result.reward))
+            job_sums[0] += result.reward.sum()
+            job_sums[1:] += result.metrics.sum(axis=0)
+            self.obs, self.mask = result.obs, result.mask
+            self.elapsed += 1
+            ended = np.flatnonzero(self.elapsed >= self.ppo.episode_steps)
+            if len(ended):
+                final = torch.from_numpy(self.norm(self.obs[ended]))
+                bootstrap[t, ended] = self.model.value(final)
+                cut_buf[t, ended] = True
+                self._restart(ended)
+            self.norm.update(self.obs)
+            x = torch.from_numpy(self.norm(self.obs))
+        val_buf[length] = self.model.value(x)
+        next_values = torch.where(cut_buf, bootstrap, val_buf[1:])
+        values = val_buf[:length]
+        advantages = gae(rew_buf, values, next_values, cut_buf, self.ppo.gamma, self.ppo.gae_lambda)
+        return {
+            "obs": obs_buf.reshape(length * b, d),
+            "mask": mask_buf.reshape(length * b, a),
+            "actions": act_buf.reshape(-1),
+            "logprobs": logp_buf.reshape(-1),
+            "values": values.reshape(-1),
+            "advantages": advantages.reshape(-1),
+            "returns": (advantages + values).reshape(-1),
+        }
+
+    def _restart(self, envs: np.ndarray) -> None:
+        """Start the listed envs' next episodes, each from its own fresh seed."""
+        self.episodes[envs] += 1
+        seeds = [_episode_seed(self.seed, int(k), int(self.episodes[k])) for k in envs]
+        self.obs, self.mask = self.sim.reset_envs(envs, np.array(seeds, dtype=np.uint64))
+        self.elapsed[envs] = 0
+        self.discounted[envs] = 0.0
+
+    def _scale_rewards(self, reward: np.ndarray) -> np.ndarray:
+        """Reward / running std of the discounted return (gym's NormalizeReward)."""
+        self.discounted = self.discounted * self.ppo.gamma + reward
+        self.return_norm.update(self.discounted[:, None])
+        return reward / np.sqrt(self.return_norm.var[0] + 1e-8)
+
+    def _update(
+        self, rollout: dict[str, torch.Tensor], anchor: list[torch.Tensor], proximal_mu: float
+    ) -> tuple[dict[str, float], int]:
+        """PPO epochs over one rollout; returns summed diagnostics and the update count."""
+        size = rollout["actions"].shape[0]
+        minibatch = max(1, size // self.ppo.num_minibatches)
+        sums = {name: 0.0 for name in LOSS_METRICS}
+        count = 0
+        for _ in range(self.ppo.update_epochs):
+            order = torch.randperm(size, generator=self.generator)
+            for lo in range(0, size - minibatch + 1, minibatch):
+                idx = order[lo : lo + minibatch]
+                batch = {key: value[idx] for key, value in rollout.items()}
+                loss, stats = ppo_loss(self.model, batch, self.ppo)
+                if proximal_mu > 0:
+                    loss = loss + proximal_term(self.params, anchor, proximal_mu)
+                self.optimizer.zero_grad(set_to_none=False)
+                loss.backward()
+                nn.utils.clip_grad_norm_(self.params, self.ppo.max_grad_norm, foreach=False)
+                self.optimizer.step()
+                for name in LOSS_METRICS:
+                    sums[name] += stats[name]
+                count += 1
+        return sums, count
+
+    # --- state that survives ------------------------------------------------------------
+
+    def state(self) -> dict[str, np.ndarray]:
+        state: dict[str, np.ndarray] = {}
+        for i, p in enumerate(self.params):
+            state[f"param.{i}"] = p.detach().numpy().copy()
+            moments = self.optimizer.state.get(p)
+            if moments:
+                for key in ("step", "exp_avg", "exp_avg_sq"):
+                    state[f"adam.{i}.{key}"] = moments[key].numpy().copy()
+        state["norm.mean"] = self.norm.mean.copy()
+        state["norm.var"] = self.norm.var.copy()
+        state["norm.count"] = np.array(self.norm.count)
+        state["return_norm.mean"] = self.return_norm.mean.copy()
+        state["return_norm.var"] = self.return_norm.var.copy()
+        state["return_norm.count"] = np.array(self.return_norm.count)
+        state["discounted"] = self.discounted.copy()
+        state["episodes"] = self.episodes.copy()
+        state["elapsed"] = self.elapsed.copy()
+        state["torch_rng"] = self.generator.get_state().numpy().copy()
+        for key, value in self.sim.get_state().items():
+            state[f"sim.{key}"] = value
+        state["global_step"] = np.array(self.global_step, dtype=np.int64)
+        return state
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        expected = self.state()
+        missing = sorted(set(expected) - set(state) - {k for k in expected if "adam." in k})
+        if missing:
+            raise ValueError(f"learner state lacks {missing}")
+        for key, value in state.items():
+            if key in expected and np.shape(value) != expected[key].shape:
+                raise ValueError(
+                    f"state {key!r}: shape {np.shape(value)}, expected {expected[key].shape}"
+                )
+        with torch.no_grad():
+            for i, p in enumerate(self.params):
+                p.copy_(torch.from_numpy(np.array(state[f"param.{i}"])))
+        self.optimizer.state.clear()
+        for i, p in enumerate(self.params):
+            if f"adam.{i}.step" in state:
+                self.optimizer.state[p] = {
+                    key: torch.from_numpy(np.array(state[f"adam.{i}.{key}"]))
+                    for key in ("step", "exp_avg", "exp_avg_sq")
+                }
+        self.norm.mean = np.array(state["norm.mean"], dtype=np.float64)
+        self.norm.var = np.array(state["norm.var"], dtype=np.float64)
+        self.norm.count = float(state["norm.count"])
+        self.return_norm.mean = np.array(state["return_norm.mean"], dtype=np.float64)
+        self.return_norm.var = np.array(state["return_norm.var"], dtype=np.float64)
+        self.return_norm.count = float(state["return_norm.count"])
+        self.discounted = np.array(state["discounted"], dtype=np.float64)
+        self.episodes = np.array(state["episodes"], dtype=np.int64)
+        self.elapsed = np.array(state["elapsed"], dtype=np.int64)
+        self.generator.set_state(torch.from_numpy(np.array(state["torch_rng"])))
+        self.sim.set_state({k[4:]: v for k, v in state.items() if k.startswith("sim.")})
+        self.obs, self.mask = self.sim.obs.copy(), self.sim.mask.copy()
+        self.global_step = int(state["global_step"])
+
+    def save(self, path: str | Path) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("wb") as handle:
+            np.savez(handle, **self.state())
+
+    def load(self, path: str | Path) -> None:
+        with np.load(Path(path), allow_pickle=False) as data:
+            self.load_state({key: data[key] for key in data.files})
