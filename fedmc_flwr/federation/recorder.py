@@ -1,0 +1,127 @@
+"""What the server keeps of each round: metrics.csv and timing.csv rows, and a checkpoint.
+
+Rows are written the moment a round's training or evaluation is aggregated, so a run
+that dies keeps every finished round. The dispatchers are evaluated once, on the same
+held-out seeds the regions evaluate the global policy on, and their rows are repeated in
+every round so that each round's rows compare like with like on their own.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from fedmc_flwr.baselines import evaluate_dispatchers, summary_rows
+from fedmc_flwr.config import ExperimentConfig
+from fedmc_flwr.evaluation import EvalResult
+from fedmc_flwr.federation.strategy import RegionUpdate, Weights, policy_name
+from fedmc_flwr.results import TIMING_COLUMNS, MetricsWriter
+
+TRAIN_VALUES = (
+    "reward",
+    "latency_ms",
+    "slo_violation_rate",
+    "cost_usd",
+    "carbon_g",
+    "energy_kwh",
+    "policy_loss",
+    "value_loss",
+    "entropy",
+    "approx_kl",
+    "clipfrac",
+    "explained_variance",
+)
+"""What a training row reports of a region's `train_round` results."""
+
+
+def checkpoint(path: Path, weights: Sequence[np.ndarray]) -> None:
+    """Global weights as `w000, w001, ...` in one .npz (no pickle), written atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    with partial.open("wb") as handle:
+        np.savez(handle, **{f"w{k:03d}": np.asarray(a) for k, a in enumerate(weights)})
+    os.replace(partial, path)
+
+
+def _train_mean(updates: Sequence[RegionUpdate]) -> dict[str, float]:
+    """Training values over all regions, weighted by environment steps."""
+    steps = np.array([u.num_examples for u in updates], dtype=np.float64)
+    return {
+        name: float(np.dot(steps, [float(u.metrics[name]) for u in updates]) / steps.sum())
+        for name in TRAIN_VALUES
+    }
+
+
+class RunRecorder:
+    """metrics.csv, timing.csv and checkpoints of one federated run, in `out_dir`."""
+
+    def __init__(self, cfg: ExperimentConfig, out_dir: Path, region_names: list[str]) -> None:
+        self.cfg = cfg
+        self.out_dir = out_dir
+        self.region_names = region_names
+        self.policy = policy_name(cfg.federation)
+        self.dispatcher_rows = summary_rows(evaluate_dispatchers(cfg, progress=False), region_names)
+        self.metrics = MetricsWriter(out_dir / "metrics.csv")
+        self.timing = MetricsWriter(out_dir / "timing.csv", columns=TIMING_COLUMNS)
+
+    def _keyed(self, server_round: int, phase: str, row: Mapping[str, object]) -> dict:
+        return {"experiment": self.cfg.name, "round": server_round, "phase": phase, **row}
+
+    def on_fit(
+        self, server_round: int, updates: list[RegionUpdate], weights: Weights, wall_s: float
+    ) -> None:
+        rows, timing = [], []
+        for u in updates:
+            client = self.region_names[u.region]
+            values = {name: float(u.metrics[name]) for name in TRAIN_VALUES}
+            rows.append(
+                {"client": client, "policy": self.policy, "steps": u.num_examples, **values}
+            )
+            timing.append(
+                {
+                    "client": client,
+                    "policy": self.policy,
+                    "steps": u.num_examples,
+                    "steps_per_second": float(u.metrics["steps_per_second"]),
+                    "wall_time_s": float(u.metrics["wall_time_s"]),
+                }
+            )
+        total = sum(u.num_examples for u in updates)
+        rows.append(
+            {"client": "all", "policy": self.policy, "steps": total, **_train_mean(updates)}
+        )
+        timing.append(
+            {
+                "client": "all",
+                "policy": self.policy,
+                "steps": total,
+                "steps_per_second": total / wall_s,
+                "wall_time_s": wall_s,
+            }
+        )
+        self.metrics.write(self._keyed(server_round, "train", r) for r in rows)
+        self.timing.write(self._keyed(server_round, "train", r) for r in timing)
+        checkpoint(self.out_dir / "checkpoints" / f"round_{server_round:03d}.npz", weights)
+
+    def on_evaluate(self, server_round: int, results: list[EvalResult], wall_s: float) -> None:
+        rows = summary_rows(results, self.region_names) + self.dispatcher_rows
+        self.metrics.write(self._keyed(server_round, "eval", r) for r in rows)
+        steps = sum(r.steps * r.seeds for r in results)
+        self.timing.write(
+            [
+                self._keyed(
+                    server_round,
+                    "eval",
+                    {
+                        "client": "all",
+                        "policy": self.policy,
+                        "steps": steps,
+                        "steps_per_second": steps / wall_s,
+                        "wall_time_s": wall_s,
+                    },
+                )
+            ]
+        )

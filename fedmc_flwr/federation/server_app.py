@@ -1,0 +1,77 @@
+"""The ServerApp: reads the experiment, records every round, aggregates the regions.
+
+Run-config keys (`[tool.flwr.app.config]` in pyproject.toml, `--run-config` overrides):
+
+| key | meaning |
+|---|---|
+| `config` | experiment YAML; relative paths are taken inside the app (`conf/` ships in the FAB) |
+| `overrides` | space-separated dotted `key=value` overrides of the YAML, e.g. `train.rounds=2` |
+| `results-dir` | absolute results directory; empty keeps the YAML's `results_dir` |
+
+A relative `results_dir` is taken from the ServerApp's working directory, which is the
+directory the SuperLink was started from: for `flwr run .` from the project root (which
+starts the local SuperLink there) that is the project root. `fedmc run` always passes an
+absolute `results-dir`.
+"""
+
+from __future__ import annotations
+
+from logging import INFO
+from pathlib import Path
+
+import numpy as np
+from flwr.app import Context
+from flwr.common import Scalar
+from flwr.common.logger import log
+from flwr.server import ServerApp, ServerAppComponents, ServerConfig
+
+from fedmc_flwr.config import ExperimentConfig, load_config, to_yaml
+from fedmc_flwr.federation.recorder import RunRecorder
+from fedmc_flwr.federation.strategy import RegionStrategy
+from fedmc_flwr.policies.ppo import PPOLearner
+from fedmc_flwr.results import experiment_dir
+from fedmc_flwr.sim.signals import region_catalogue
+
+APP_DIR = Path(__file__).resolve().parents[2]
+"""The app's root (the installed FAB copy under `flwr run`), where `conf/` lives."""
+
+
+def experiment_config(run_config: dict[str, Scalar]) -> ExperimentConfig:
+    """The experiment a run config names, with its overrides and results directory applied."""
+    missing = [k for k in ("config", "overrides", "results-dir") if k not in run_config]
+    if missing:
+        raise KeyError(f"run config lacks {missing}; see [tool.flwr.app.config] in pyproject.toml")
+    path = Path(str(run_config["config"])).expanduser()
+    cfg = load_config(
+        path if path.is_absolute() else APP_DIR / path, str(run_config["overrides"]).split()
+    )
+    if str(run_config["results-dir"]):
+        cfg.results_dir = str(run_config["results-dir"])
+    return cfg
+
+
+def initial_weights(cfg: ExperimentConfig) -> list[np.ndarray]:
+    """Round 1's global weights: a fresh learner seeded by the experiment seed alone."""
+    return PPOLearner(cfg, list(range(cfg.world.regions)), seed=cfg.seed).get_weights()
+
+
+def server_fn(context: Context) -> ServerAppComponents:
+    """Everything before round 1: config, results directory, dispatcher rows, first weights."""
+    cfg = experiment_config(context.run_config)
+    out = experiment_dir(cfg.results_dir, cfg.name)
+    resolved = to_yaml(cfg)
+    (out / "config.yaml").write_text(resolved)
+    log(INFO, "experiment %s: results in %s", cfg.name, out)
+    names = [r.name for r in region_catalogue(cfg.world.regions)]
+    recorder = RunRecorder(cfg, out, names)
+    initial = initial_weights(cfg)
+    state_dir = str(out / "clients")
+
+    def instructions(server_round: int) -> dict[str, Scalar]:
+        return {"server-round": server_round, "experiment": resolved, "state-dir": state_dir}
+
+    strategy = RegionStrategy(initial, cfg.federation, cfg.world.regions, instructions, recorder)
+    return ServerAppComponents(strategy=strategy, config=ServerConfig(num_rounds=cfg.train.rounds))
+
+
+app = ServerApp(server_fn=server_fn)

@@ -1,0 +1,80 @@
+"""What a region client's reply says, in the flat scalar dict a NumPyClient can return.
+
+One virtual client may serve several regions (fewer clients than regions), so every value
+is keyed `<region>/<name>` and the key `regions` lists the regions the reply covers. An
+evaluation travels whole: its per-seed rewards as raw float64 bytes, so the server pools
+them for confidence intervals exactly as a local evaluation would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+from flwr.common import Scalar
+
+from fedmc_flwr.evaluation import EvalResult
+from fedmc_flwr.sim.world import METRIC_NAMES
+
+REGIONS = "regions"
+
+
+def regions_of(partition: int, num_partitions: int, num_regions: int) -> list[int]:
+    """The regions virtual client `partition` of `num_partitions` serves (round robin)."""
+    if not 0 <= partition < num_partitions:
+        raise ValueError(f"partition-id {partition} outside [0, {num_partitions})")
+    return list(range(partition, num_regions, num_partitions))
+
+
+def pack(region: int, values: Mapping[str, Scalar]) -> dict[str, Scalar]:
+    """`values` under the region's prefix."""
+    return {f"{region}/{name}": value for name, value in values.items()}
+
+
+def covering(regions: list[int]) -> dict[str, Scalar]:
+    """The `regions` entry of a reply."""
+    return {REGIONS: ",".join(map(str, regions))}
+
+
+def regions(metrics: Mapping[str, Scalar]) -> list[int]:
+    """The regions a reply covers, in the order its weight lists come."""
+    listed = str(metrics.get(REGIONS, ""))
+    try:
+        return [int(r) for r in listed.split(",") if r]
+    except ValueError:
+        raise ValueError(f"reply lists regions {listed!r}; expected comma-separated ints") from None
+
+
+def unpack(metrics: Mapping[str, Scalar], region: int) -> dict[str, Scalar]:
+    """One region's values, prefix removed."""
+    prefix = f"{region}/"
+    return {k[len(prefix) :]: v for k, v in metrics.items() if k.startswith(prefix)}
+
+
+def eval_metrics(result: EvalResult) -> dict[str, Scalar]:
+    """An evaluation as scalars (unprefixed; `pack` adds the region)."""
+    return {
+        "policy": result.policy,
+        "seeds": result.seeds,
+        "steps": result.steps,
+        "per_seed_reward": np.asarray(result.per_seed_reward, dtype="<f8").tobytes(),
+        "latency_p95_ms": result.latency_p95_ms,
+        **{f"mean.{name}": result.means[name] for name in METRIC_NAMES},
+    }
+
+
+def eval_result(metrics: Mapping[str, Scalar], region: int) -> EvalResult:
+    """Inverse of `pack(region, eval_metrics(result))`."""
+    values = unpack(metrics, region)
+    try:
+        return EvalResult(
+            policy=str(values["policy"]),
+            region=region,
+            seeds=int(values["seeds"]),
+            steps=int(values["steps"]),
+            per_seed_reward=np.frombuffer(values["per_seed_reward"], dtype="<f8").copy(),  # type: ignore[arg-type]
+            means={name: float(values[f"mean.{name}"]) for name in METRIC_NAMES},
+            latency_p95_ms=float(values["latency_p95_ms"]),
+        )
+    except KeyError as exc:
+        raise ValueError(f"region {region}'s evaluation lacks {exc.args[0]!r}") from None

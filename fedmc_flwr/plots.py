@@ -1,0 +1,86 @@
+"""Plots of any metrics.csv: how the learners' evaluation changes round by round.
+
+Learners (policies named `ppo-*`) are drawn as curves over rounds with their 95% bands;
+dispatchers do not learn, so each is one horizontal line at its mean over the rounds it
+was evaluated in. Only the `client="all"` evaluation rows are used: the mean over regions
+on held-out seeds, the figure every producer of metrics.csv writes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+PANELS = (
+    ("reward", "reward_ci95", "mean reward per job (higher is better)", "reward.png"),
+    ("latency_ms", None, "mean latency per job (ms)", "latency.png"),
+)
+"""(column, its CI column or None, axis label, file name) of each plot."""
+
+
+def _is_learner(policy: str) -> bool:
+    return policy.startswith("ppo")
+
+
+def _eval_rows(csv_path: Path) -> pd.DataFrame:
+    if not csv_path.is_file():
+        raise FileNotFoundError(f"{csv_path}: no such metrics file")
+    frame = pd.read_csv(csv_path)
+    missing = {"round", "phase", "client", "policy", "reward", "latency_ms"} - set(frame.columns)
+    if missing:
+        raise ValueError(f"{csv_path}: not a metrics.csv (no columns {sorted(missing)})")
+    rows = frame[(frame["phase"] == "eval") & (frame["client"] == "all")]
+    if rows.empty:
+        raise ValueError(f"{csv_path}: no evaluation rows with client 'all' to plot")
+    return rows.sort_values("round")
+
+
+def _panel(rows: pd.DataFrame, column: str, ci: str | None, label: str, title: str) -> Figure:
+    # A bare Figure (no pyplot): no GUI backend, no global figure registry to leak into.
+    fig = Figure(figsize=(7, 4.2))
+    ax = fig.subplots()
+    rounds = sorted(rows["round"].unique())
+    span = (min(rounds) - 0.2, max(rounds) + 0.2)
+    for k, (policy, group) in enumerate(rows.groupby("policy", sort=False)):
+        color = f"C{k % 10}"
+        if _is_learner(policy):
+            ax.plot(group["round"], group[column], "o-", color=color, lw=2, label=policy)
+            if ci is not None and group[ci].notna().any():
+                ax.fill_between(
+                    group["round"],
+                    group[column] - group[ci],
+                    group[column] + group[ci],
+                    color=color,
+                    alpha=0.2,
+                )
+        else:
+            ax.hlines(
+                group[column].mean(), *span, colors=color, linestyles="--", lw=1, label=policy
+            )
+    ax.set_xlabel("round")
+    ax.set_ylabel(label)
+    ax.set_title(title)
+    ax.set_xlim(*span)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    fig.tight_layout()
+    return fig
+
+
+def plot_metrics(csv_path: Path, out_dir: Path | None = None) -> list[Path]:
+    """Draw the reward and latency curves of `csv_path` into `out_dir` (default: its
+    `plots/` folder); return the PNG paths."""
+    csv_path = Path(csv_path)
+    rows = _eval_rows(csv_path)
+    out_dir = csv_path.parent / "plots" if out_dir is None else Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    experiment = str(rows["experiment"].iloc[0]) if "experiment" in rows else csv_path.stem
+    paths = []
+    for column, ci, label, name in PANELS:
+        fig = _panel(rows, column, ci, label, f"{experiment}: held-out evaluation, all regions")
+        path = out_dir / name
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+        paths.append(path)
+    return paths

@@ -1,0 +1,138 @@
+"""Aggregation math and the reply format, without starting Flower."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedmc_flwr.config import FederationConfig
+from fedmc_flwr.evaluation import EvalResult
+from fedmc_flwr.federation import wire
+from fedmc_flwr.federation.strategy import (
+    RegionUpdate,
+    aggregate,
+    by_region,
+    check_update,
+    policy_name,
+    shrink,
+    split_update,
+    weighted_mean,
+)
+from fedmc_flwr.sim.world import METRIC_NAMES
+
+
+def _weights(value: float) -> list[np.ndarray]:
+    """A network layer (float32) and a normaliser statistic (float64), like PPOLearner's."""
+    return [np.full((2, 3), value, dtype=np.float32), np.full(4, value, dtype=np.float64)]
+
+
+def test_weighted_mean_weights_by_examples_and_keeps_dtypes() -> None:
+    mean = weighted_mean([_weights(1.0), _weights(4.0)], [3, 1])
+    assert mean[0].dtype == np.float32 and mean[1].dtype == np.float64
+    np.testing.assert_allclose(mean[0], 1.75)
+    np.testing.assert_allclose(mean[1], 1.75)
+
+
+def test_weighted_mean_rejects_bad_weights() -> None:
+    with pytest.raises(ValueError, match="nothing"):
+        weighted_mean([], [])
+    with pytest.raises(ValueError, match="not all zero"):
+        weighted_mean([_weights(1.0)], [0])
+    with pytest.raises(ValueError, match="2 updates but 1"):
+        weighted_mean([_weights(1.0), _weights(2.0)], [1])
+
+
+def test_shrink_moves_toward_previous_global() -> None:
+    out = shrink(_weights(2.0), _weights(0.0), mu=0.25)
+    np.testing.assert_allclose(out[0], 1.5)
+    assert out[0].dtype == np.float32
+    np.testing.assert_array_equal(shrink(_weights(2.0), _weights(0.0), 0.0)[1], _weights(2.0)[1])
+    with pytest.raises(ValueError, match="mu"):
+        shrink(_weights(2.0), _weights(0.0), mu=1.0)
+
+
+def test_aggregate_fedavg_and_fedprox() -> None:
+    updates = [RegionUpdate(0, _weights(1.0), 1), RegionUpdate(1, _weights(3.0), 1)]
+    previous = _weights(10.0)
+    avg = aggregate(updates, previous, FederationConfig(strategy="fedavg"))
+    prox = aggregate(updates, previous, FederationConfig(strategy="fedprox", mu=0.1))
+    np.testing.assert_allclose(avg[1], 2.0)
+    np.testing.assert_allclose(prox[1], 0.9 * 2.0 + 0.1 * 10.0)
+
+
+def test_check_update_names_the_problem() -> None:
+    reference = _weights(0.0)
+    assert check_update(_weights(1.0), reference) is None
+    assert "1 arrays" in check_update(_weights(1.0)[:1], reference)
+    assert "shape" in check_update([np.zeros((3, 2), np.float32), reference[1]], reference)
+    assert "dtype" in check_update([reference[0].astype(np.float64), reference[1]], reference)
+    bad = _weights(1.0)
+    bad[1][2] = np.nan
+    assert "NaN" in check_update(bad, reference)
+    bad[1][2] = np.inf
+    assert "inf" in check_update(bad, reference)
+
+
+def test_order_by_region_makes_the_sum_independent_of_arrival() -> None:
+    rng = np.random.default_rng(0)
+    updates = [
+        RegionUpdate(r, [rng.normal(size=1000).astype(np.float32)], int(rng.integers(1, 9)))
+        for r in range(5)
+    ]
+    config = FederationConfig()
+    reference = aggregate(updates, updates[0].weights, config)
+    for perm in (rng.permutation(5) for _ in range(5)):
+        shuffled = [updates[i] for i in perm]
+        assert [u.region for u in by_region(shuffled)] == list(range(5))
+        np.testing.assert_array_equal(
+            aggregate(shuffled, updates[0].weights, config)[0], reference[0]
+        )
+
+
+def test_two_updates_for_one_region_are_an_error() -> None:
+    with pytest.raises(ValueError, match="two updates for region 1"):
+        by_region([RegionUpdate(1, _weights(0.0), 1), RegionUpdate(1, _weights(1.0), 1)])
+
+
+def test_split_update_cuts_a_multi_region_reply() -> None:
+    metrics = (
+        wire.covering([0, 2]) | wire.pack(0, {"env_steps": 8.0}) | wire.pack(2, {"env_steps": 4.0})
+    )
+    updates = split_update([*_weights(1.0), *_weights(2.0)], metrics, per_region=2)
+    assert [(u.region, u.num_examples) for u in updates] == [(0, 8), (2, 4)]
+    np.testing.assert_array_equal(updates[1].weights[0], _weights(2.0)[0])
+    with pytest.raises(ValueError, match="expected 2 per region"):
+        split_update(_weights(1.0), metrics, per_region=2)
+    with pytest.raises(ValueError, match="env_steps"):
+        split_update(_weights(1.0), wire.covering([0]), per_region=2)
+
+
+def test_regions_of_covers_every_region_once() -> None:
+    for clients in (1, 2, 3, 5):
+        served = [r for p in range(clients) for r in wire.regions_of(p, clients, 3)]
+        assert sorted(served) == [0, 1, 2]
+    with pytest.raises(ValueError, match="partition-id"):
+        wire.regions_of(2, 2, 3)
+
+
+def test_eval_result_survives_the_wire_bit_for_bit() -> None:
+    result = EvalResult(
+        policy="ppo-fedavg",
+        region=1,
+        seeds=3,
+        steps=50,
+        per_seed_reward=np.array([-0.1, -0.2000000000000001, -0.3]),
+        means={name: 0.1 * k for k, name in enumerate(METRIC_NAMES)},
+        latency_p95_ms=123.456,
+    )
+    back = wire.eval_result(wire.pack(1, wire.eval_metrics(result)), 1)
+    assert back.row() == result.row()
+    np.testing.assert_array_equal(back.per_seed_reward, result.per_seed_reward)
+    with pytest.raises(ValueError, match="lacks"):
+        wire.eval_result(wire.pack(1, {"policy": "x"}), 1)
+
+
+def test_policy_name_follows_the_proximal_switches() -> None:
+    assert policy_name(FederationConfig()) == "ppo-fedavg"
+    assert policy_name(FederationConfig(strategy="fedprox", mu=0.1)) == "ppo-fedprox"
+    assert policy_name(FederationConfig(proximal_mu=0.01)) == "ppo-fedprox"
