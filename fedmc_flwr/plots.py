@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 PANELS = (
     ("reward", "reward_ci95", "mean reward per job (higher is better)", "reward.png"),
@@ -60,6 +61,7 @@ def _panel(rows: pd.DataFrame, column: str, ci: str | None, label: str, title: s
                 group[column].mean(), *span, colors=color, linestyles="--", lw=1, label=policy
             )
     ax.set_xlabel("round")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel(label)
     ax.set_title(title)
     ax.set_xlim(*span)

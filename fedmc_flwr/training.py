@@ -16,26 +16,11 @@ from pathlib import Path
 from fedmc_flwr.baselines import evaluate_dispatchers, format_table, summary_rows
 from fedmc_flwr.config import ExperimentConfig, to_yaml
 from fedmc_flwr.evaluation import EvalResult, evaluate
-from fedmc_flwr.policies.ppo import PPOLearner
+from fedmc_flwr.policies.ppo import ROUND_METRICS, PPOLearner
 from fedmc_flwr.results import TIMING_COLUMNS, MetricsWriter, experiment_dir
 from fedmc_flwr.sim.signals import region_catalogue
 
 MODES = ("centralised", "local")
-_TRAIN_COLUMNS = (
-    "reward",
-    "latency_ms",
-    "slo_violation_rate",
-    "cost_usd",
-    "carbon_g",
-    "energy_kwh",
-    "policy_loss",
-    "value_loss",
-    "entropy",
-    "approx_kl",
-    "clipfrac",
-    "explained_variance",
-)
-"""Keys of train_round's output that metrics.csv's train rows carry."""
 
 
 def _learners(cfg: ExperimentConfig, mode: str) -> dict[str, PPOLearner]:
@@ -86,7 +71,7 @@ def train(cfg: ExperimentConfig, mode: str) -> Path:
             wall = time.perf_counter() - start
             row = {**key, "round": rnd, "phase": "train", "client": client, "policy": policy}
             steps = int(stats["env_steps"])
-            metrics.write([{**row, "steps": steps, **{k: stats[k] for k in _TRAIN_COLUMNS}}])
+            metrics.write([{**row, "steps": steps, **{k: stats[k] for k in ROUND_METRICS}}])
             timing.write(
                 [
                     {

@@ -18,23 +18,8 @@ from fedmc_flwr.baselines import evaluate_dispatchers, summary_rows
 from fedmc_flwr.config import ExperimentConfig
 from fedmc_flwr.evaluation import EvalResult
 from fedmc_flwr.federation.strategy import RegionUpdate, Weights, policy_name
+from fedmc_flwr.policies.ppo import ROUND_METRICS
 from fedmc_flwr.results import TIMING_COLUMNS, MetricsWriter
-
-TRAIN_VALUES = (
-    "reward",
-    "latency_ms",
-    "slo_violation_rate",
-    "cost_usd",
-    "carbon_g",
-    "energy_kwh",
-    "policy_loss",
-    "value_loss",
-    "entropy",
-    "approx_kl",
-    "clipfrac",
-    "explained_variance",
-)
-"""What a training row reports of a region's `train_round` results."""
 
 
 def checkpoint(path: Path, weights: Sequence[np.ndarray]) -> None:
@@ -51,7 +36,7 @@ def _train_mean(updates: Sequence[RegionUpdate]) -> dict[str, float]:
     steps = np.array([u.num_examples for u in updates], dtype=np.float64)
     return {
         name: float(np.dot(steps, [float(u.metrics[name]) for u in updates]) / steps.sum())
-        for name in TRAIN_VALUES
+        for name in ROUND_METRICS
     }
 
 
@@ -76,7 +61,7 @@ class RunRecorder:
         rows, timing = [], []
         for u in updates:
             client = self.region_names[u.region]
-            values = {name: float(u.metrics[name]) for name in TRAIN_VALUES}
+            values = {name: float(u.metrics[name]) for name in ROUND_METRICS}
             rows.append(
                 {"client": client, "policy": self.policy, "steps": u.num_examples, **values}
             )

@@ -41,6 +41,8 @@ would otherwise be hundreds of standard deviations away)."""
 TRAIN_METRICS = ("reward", "latency_ms", "slo_violation_rate", "cost_usd", "carbon_g", "energy_kwh")
 """Training means per job that train_round reports, in METRIC_NAMES order after reward."""
 LOSS_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")
+ROUND_METRICS = (*TRAIN_METRICS, *LOSS_METRICS, "explained_variance")
+"""What a metrics.csv train row carries of train_round's output (timings go elsewhere)."""
 
 
 def _layer(n_in: int, n_out: int, std: float) -> nn.Linear:
