@@ -1,7 +1,8 @@
 """Environment steps per second of MultiCloudSim.step, and of the Gymnasium single-env loop.
 
-Batches of B = 1, 64, 1024 and 4096 worlds on small_demo and on a 20 x 100 estate, each
-timed warm (the kernel compiled before the clock starts) over several repetitions, the
+Batches of B = 1, 64, 1024 and 4096 worlds on small_demo and on a 20 x 100 estate, on one
+thread (the serial kernel, every learner's default) and on all cores (the parallel kernel),
+each timed warm (the kernel compiled before the clock starts) over several repetitions, the
 median reported. Actions are drawn beforehand, uniformly over all nodes, so the figure is
 the world's cost alone. In the same run, the single-env `step()` loop through
 `gymnasium.make` (time limit and checker wrappers included, as a user gets it).
@@ -23,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import gymnasium as gym
+import numba
 import numpy as np
 
 from fedmc_flwr.config import ExperimentConfig, load_config
@@ -45,9 +47,11 @@ def _median_rate(run_once, reps: int) -> float:
     return statistics.median(rates)
 
 
-def sim_steps_per_second(cfg: ExperimentConfig, envs: int, reps: int, seconds: float) -> float:
+def sim_steps_per_second(
+    cfg: ExperimentConfig, envs: int, threads: int, reps: int, seconds: float
+) -> float:
     """Median env steps per second of MultiCloudSim.step over a batch of `envs` worlds."""
-    sim = MultiCloudSim(cfg.world, cfg.reward, np.arange(envs) % cfg.world.regions)
+    sim = MultiCloudSim(cfg.world, cfg.reward, np.arange(envs) % cfg.world.regions, threads)
     sim.reset(np.arange(envs))
     actions = np.random.default_rng(0).integers(sim.num_actions, size=(_ACTION_ROWS, envs))
     sim.step(actions[0])  # warm: compiled (or loaded from numba's cache) before timing
@@ -95,19 +99,30 @@ def main() -> None:
     large = replace(small, world=replace(small.world, regions=20, nodes_per_region=100))
     worlds = {"small_demo": small, "20x100": large}
     shape = {name: f"{c.world.regions}x{c.world.nodes_per_region}" for name, c in worlds.items()}
+    thread_counts = sorted({1, numba.config.NUMBA_NUM_THREADS})
     rates = {
-        name: {envs: sim_steps_per_second(cfg, envs, args.reps, args.seconds) for envs in BATCHES}
+        (name, threads): {
+            envs: sim_steps_per_second(cfg, envs, threads, args.reps, args.seconds)
+            for envs in BATCHES
+        }
         for name, cfg in worlds.items()
+        for threads in thread_counts
     }
     gym_rate = gym_steps_per_second(args.config, args.reps, args.seconds)
-    best_large_batch = max(rates["small_demo"][envs] for envs in BATCHES if envs >= 1024)
+    best_large_batch = max(
+        by_batch[envs]
+        for (name, _), by_batch in rates.items()
+        if name == "small_demo"
+        for envs in BATCHES
+        if envs >= 1024
+    )
     ratio = best_large_batch / gym_rate
 
     print(f"MultiCloudSim.step, env steps/s (median of {args.reps}, warm)")
-    print(f"{'world':<12}{'shape':>8}" + "".join(f"{f'B={b}':>14}" for b in BATCHES))
-    for name, by_batch in rates.items():
+    print(f"{'world':<12}{'shape':>8}{'threads':>9}" + "".join(f"{f'B={b}':>14}" for b in BATCHES))
+    for (name, threads), by_batch in rates.items():
         cells = "".join(f"{by_batch[b]:>14,.0f}" for b in BATCHES)
-        print(f"{name:<12}{shape[name]:>8}{cells}")
+        print(f"{name:<12}{shape[name]:>8}{threads:>9}{cells}")
     print(f"gymnasium.make single-env step() loop: {gym_rate:,.0f} steps/s")
     met = {True: "met", False: "MISSED"}
     print(
@@ -123,7 +138,11 @@ def main() -> None:
         "cpus": os.cpu_count(),
         "machine": platform.machine(),
         "load_average_1min": os.getloadavg()[0],
-        **{f"{name}_B{b}": round(rate) for name, by in rates.items() for b, rate in by.items()},
+        **{
+            f"{name}_t{threads}_B{b}": round(rate)
+            for (name, threads), by in rates.items()
+            for b, rate in by.items()
+        },
         "gym_single_env": round(gym_rate),
         "small_demo_B1024plus_best": round(best_large_batch),
         "ratio_vs_gym": round(ratio, 1),

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numba
 import numpy as np
+import pytest
 
 from fedmc_flwr.config import ExperimentConfig, WorldConfig
 from fedmc_flwr.policies.heuristics import RandomPolicy
@@ -120,6 +122,21 @@ def test_same_seed_same_trajectory_whatever_the_batch(small_demo: ExperimentConf
         )
         for whole, single in zip(batch, alone, strict=True):
             np.testing.assert_array_equal(whole[k : k + 1], single)
+
+
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs two threads")
+def test_parallel_kernel_matches_the_serial_one(small_demo: ExperimentConfig) -> None:
+    envs, steps = 256, 150
+    seeds = np.arange(envs) * 104729 + 11
+    ingress = np.arange(envs) % small_demo.world.regions
+    world = replace(small_demo.world, outage_rate=0.05)
+    serial = _trajectory(MultiCloudSim(world, small_demo.reward, ingress), seeds, steps)
+    threads = min(4, numba.config.NUMBA_NUM_THREADS)
+    parallel = _trajectory(
+        MultiCloudSim(world, small_demo.reward, ingress, threads=threads), seeds, steps
+    )
+    for one, other in zip(serial, parallel, strict=True):
+        np.testing.assert_array_equal(one, other)
 
 
 def test_get_state_set_state_resumes_bit_for_bit(small_demo: ExperimentConfig) -> None:

@@ -13,16 +13,9 @@ rows of the packed parameter arrays.
 from __future__ import annotations
 
 import math
-import os
 
-import numba
 import numpy as np
 from numba import njit, prange
-
-# numba's default OpenMP layer keeps its threads spinning between parallel steps, which
-# slows torch's OpenMP in the same process 5-10x (PPO training, measured); workqueue does not.
-if "NUMBA_THREADING_LAYER" not in os.environ:
-    numba.config.THREADING_LAYER = "workqueue"
 
 # rows of the [10, R] region parameter array
 PRICE_MEAN, PRICE_SWING, CARBON_MEAN, CARBON_SWING, BG_MEAN, BG_SWING = 0, 1, 2, 3, 4, 5
@@ -191,6 +184,7 @@ def _advance(
     clock,
     backlog,
     ring,
+    next_done,
     head,
     count,
     down_until,
@@ -226,13 +220,15 @@ def _advance(
         for n in range(r * per_region, (r + 1) * per_region):
             work = backlog[b, n] - speed[n] * free * dt
             backlog[b, n] = work if work > 0.0 else 0.0
-            k = count[b, n]
-            h = head[b, n]
-            while k > 0 and ring[b, n, h] <= now:
-                h = h + 1 if h + 1 < capacity else 0
-                k -= 1
-            count[b, n] = k
-            head[b, n] = h
+            if next_done[b, n] <= now:  # contiguous check first; the ring is strided
+                k = count[b, n]
+                h = head[b, n]
+                while k > 0 and ring[b, n, h] <= now:
+                    h = h + 1 if h + 1 < capacity else 0
+                    k -= 1
+                count[b, n] = k
+                head[b, n] = h
+                next_done[b, n] = ring[b, n, h] if k > 0 else np.inf
     theta = 2.0 * math.pi * now / p[PERIOD]
     clock[b, 0] = math.sin(theta)
     clock[b, 1] = math.cos(theta)
@@ -255,6 +251,7 @@ def reset_kernel(
     clock,
     backlog,
     ring,
+    next_done,
     head,
     count,
     down_until,
@@ -279,6 +276,7 @@ def reset_kernel(
         clock[b, 1] = 1.0
         backlog[b, :] = 0.0
         head[b, :] = 0
+        next_done[b, :] = np.inf
         count[b, :] = 0
         down_until[b, :] = 0.0
         burst[b] = 0
@@ -288,6 +286,7 @@ def reset_kernel(
             clock,
             backlog,
             ring,
+            next_done,
             head,
             count,
             down_until,
@@ -315,13 +314,118 @@ def reset_kernel(
         )
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, inline="always")
+def _step_env(
+    b,
+    actions,
+    t,
+    clock,
+    backlog,
+    ring,
+    next_done,
+    head,
+    count,
+    down_until,
+    rng,
+    burst,
+    size,
+    ingress,
+    mask,
+    obs_out,
+    mask_out,
+    reward,
+    metrics,
+    speed,
+    power,
+    price_mult,
+    node_region,
+    reg,
+    rtt,
+    p,
+    nodes_per_region,
+):
+    """Env b: dispatch its waiting job to its action, then advance to its next job."""
+    nregions = reg.shape[1]
+    capacity = ring.shape[2]
+    a = actions[b]
+    i = ingress[b]
+    if 0 <= a < mask.shape[1] and mask[b, a]:
+        latency, violation, cost, energy, carbon, sojourn = _outcome(
+            b,
+            a,
+            i,
+            size[b],
+            clock,
+            backlog,
+            count,
+            speed,
+            power,
+            price_mult,
+            node_region,
+            reg,
+            rtt,
+            p,
+            nodes_per_region,
+        )
+        backlog[b, a] += size[b]
+        k = count[b, a]
+        if k < capacity:
+            slot = head[b, a] + k
+            slot = slot - capacity if slot >= capacity else slot
+            ring[b, a, slot] = t[b] + sojourn
+            count[b, a] = k + 1
+            if k == 0:
+                next_done[b, a] = ring[b, a, slot]
+    else:
+        latency, violation, cost, energy, carbon = 2.0 * p[SLO], 1.0, 0.0, 0.0, 0.0
+    metrics[b, LATENCY_MS] = latency * 1000.0
+    metrics[b, SLO_VIOLATION] = violation
+    metrics[b, COST_USD] = cost
+    metrics[b, CARBON_G] = carbon
+    metrics[b, ENERGY_KWH] = energy
+    reward[b] = -_weighted_cost(p, latency, violation, cost, carbon)
+    _advance(
+        b,
+        t,
+        clock,
+        backlog,
+        ring,
+        next_done,
+        head,
+        count,
+        down_until,
+        rng,
+        burst,
+        size,
+        ingress,
+        speed,
+        reg,
+        p,
+    )
+    _observe(
+        b,
+        t[b],
+        clock,
+        count,
+        down_until,
+        ingress,
+        obs_out,
+        mask_out,
+        reg,
+        node_region,
+        nregions,
+        capacity,
+    )
+
+
+@njit(cache=True)
 def step_kernel(
     actions,
     t,
     clock,
     backlog,
     ring,
+    next_done,
     head,
     count,
     down_until,
@@ -347,55 +451,17 @@ def step_kernel(
 
     `mask` is the mask the actions were chosen under; the next job's observation and mask
     go to `obs_out` and `mask_out`. A masked action drops the job: a timeout of twice the
-    SLO and a violation, no cost.
-
-    Compiled as a parallel loop over envs: each env touches only its own rows, so the
-    result is the same bit for bit on any number of threads, and even on one thread the
-    parallel lowering runs ~1.5x faster (it proves the env rows independent).
+    SLO and a violation, no cost. One thread; see `step_kernel_parallel` for more.
     """
-    nregions = reg.shape[1]
-    capacity = ring.shape[2]
-    for b in prange(actions.shape[0]):
-        a = actions[b]
-        i = ingress[b]
-        if 0 <= a < mask.shape[1] and mask[b, a]:
-            latency, violation, cost, energy, carbon, sojourn = _outcome(
-                b,
-                a,
-                i,
-                size[b],
-                clock,
-                backlog,
-                count,
-                speed,
-                power,
-                price_mult,
-                node_region,
-                reg,
-                rtt,
-                p,
-                nodes_per_region,
-            )
-            backlog[b, a] += size[b]
-            k = count[b, a]
-            if k < capacity:
-                slot = head[b, a] + k
-                ring[b, a, slot - capacity if slot >= capacity else slot] = t[b] + sojourn
-                count[b, a] = k + 1
-        else:
-            latency, violation, cost, energy, carbon = 2.0 * p[SLO], 1.0, 0.0, 0.0, 0.0
-        metrics[b, LATENCY_MS] = latency * 1000.0
-        metrics[b, SLO_VIOLATION] = violation
-        metrics[b, COST_USD] = cost
-        metrics[b, CARBON_G] = carbon
-        metrics[b, ENERGY_KWH] = energy
-        reward[b] = -_weighted_cost(p, latency, violation, cost, carbon)
-        _advance(
+    for b in range(actions.shape[0]):
+        _step_env(
             b,
+            actions,
             t,
             clock,
             backlog,
             ring,
+            next_done,
             head,
             count,
             down_until,
@@ -403,23 +469,86 @@ def step_kernel(
             burst,
             size,
             ingress,
-            speed,
-            reg,
-            p,
-        )
-        _observe(
-            b,
-            t[b],
-            clock,
-            count,
-            down_until,
-            ingress,
+            mask,
             obs_out,
             mask_out,
-            reg,
+            reward,
+            metrics,
+            speed,
+            power,
+            price_mult,
             node_region,
-            nregions,
-            capacity,
+            reg,
+            rtt,
+            p,
+            nodes_per_region,
+        )
+
+
+@njit(cache=True, parallel=True)
+def step_kernel_parallel(
+    actions,
+    t,
+    clock,
+    backlog,
+    ring,
+    next_done,
+    head,
+    count,
+    down_until,
+    rng,
+    burst,
+    size,
+    ingress,
+    mask,
+    obs_out,
+    mask_out,
+    reward,
+    metrics,
+    speed,
+    power,
+    price_mult,
+    node_region,
+    reg,
+    rtt,
+    p,
+    nodes_per_region,
+):
+    """`step_kernel` as a parallel loop over envs, for large batches on several threads.
+
+    Each env touches only its own rows, so the result is the same bit for bit on any
+    number of threads. Launching the thread pool costs tens of microseconds per call,
+    which is why small batches and single envs use the serial kernel.
+    """
+    for b in prange(actions.shape[0]):
+        _step_env(
+            b,
+            actions,
+            t,
+            clock,
+            backlog,
+            ring,
+            next_done,
+            head,
+            count,
+            down_until,
+            rng,
+            burst,
+            size,
+            ingress,
+            mask,
+            obs_out,
+            mask_out,
+            reward,
+            metrics,
+            speed,
+            power,
+            price_mult,
+            node_region,
+            reg,
+            rtt,
+            p,
+            nodes_per_region,
         )
 
 

@@ -47,6 +47,7 @@ _STATE_FIELDS = (
     "clock",
     "backlog",
     "ring",
+    "next_done",
     "head",
     "count",
     "down_until",
@@ -153,7 +154,8 @@ class MultiCloudSim:
     `ingress[b]` is the region whose workload env b serves: a federated client passes its
     own region for every env; a centralised learner may mix regions in one batch.
     `threads` is how many threads one step may use: 1 by default, because learners and
-    Flower clients already keep every core busy; large batches gain from more.
+    Flower clients already keep every core busy; large batches (about 1000 envs and more)
+    gain from more, small ones lose to the cost of starting the threads.
     """
 
     def __init__(
@@ -185,6 +187,7 @@ class MultiCloudSim:
         self.clock = np.zeros((b, 2))
         self.backlog = np.zeros((b, n))
         self.ring = np.zeros((b, n, self.spec.queue_capacity), dtype=np.float32)
+        self.next_done = np.full((b, n), np.inf)
         self.head = np.zeros((b, n), dtype=np.int64)
         self.count = np.zeros((b, n), dtype=np.int64)
         self.down_until = np.zeros((b, n))
@@ -217,6 +220,7 @@ class MultiCloudSim:
             self.clock,
             self.backlog,
             self.ring,
+            self.next_done,
             self.head,
             self.count,
             self.down_until,
@@ -243,18 +247,22 @@ class MultiCloudSim:
         actions = np.ascontiguousarray(actions, dtype=np.int64)
         if actions.shape != (self.num_envs,):
             raise ValueError(f"expected {self.num_envs} actions, got shape {actions.shape}")
-        if numba.get_num_threads() != self.threads:
-            numba.set_num_threads(self.threads)
+        step = kernel.step_kernel
+        if self.threads > 1:
+            step = kernel.step_kernel_parallel
+            if numba.get_num_threads() != self.threads:
+                numba.set_num_threads(self.threads)
         reward = np.empty(self.num_envs)
         metrics = np.empty((self.num_envs, len(METRIC_NAMES)))
         obs = np.empty_like(self.obs)
         mask = np.empty_like(self.mask)
-        kernel.step_kernel(
+        step(
             actions,
             self.t,
             self.clock,
             self.backlog,
             self.ring,
+            self.next_done,
             self.head,
             self.count,
             self.down_until,
