@@ -40,6 +40,7 @@ bench: setup
 	$(BIN)/pip install --quiet -e ".[dev,bench]"
 	$(BIN)/python bench/bench_sim.py
 	$(BIN)/python bench/bench_ppo.py
+	$(BIN)/python bench/bench_federation.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
