@@ -110,11 +110,15 @@ def _trajectory(sim: MultiCloudSim, seeds: np.ndarray, steps: int) -> list[np.nd
     return frames
 
 
+def _outage_batch(cfg: ExperimentConfig, envs: int) -> tuple[WorldConfig, np.ndarray, np.ndarray]:
+    """small_demo with frequent outages, its envs spread over the regions, scattered seeds."""
+    world = replace(cfg.world, outage_rate=0.05)
+    return world, np.arange(envs) % cfg.world.regions, np.arange(envs) * 7919 + 3
+
+
 def test_same_seed_same_trajectory_whatever_the_batch(small_demo: ExperimentConfig) -> None:
     envs, steps = 64, 150
-    seeds = np.arange(envs) * 7919 + 3
-    ingress = np.arange(envs) % small_demo.world.regions
-    world = replace(small_demo.world, outage_rate=0.05)
+    world, ingress, seeds = _outage_batch(small_demo, envs)
     batch = _trajectory(MultiCloudSim(world, small_demo.reward, ingress), seeds, steps)
     for k in range(envs):
         alone = _trajectory(
@@ -127,9 +131,7 @@ def test_same_seed_same_trajectory_whatever_the_batch(small_demo: ExperimentConf
 @pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs two threads")
 def test_parallel_kernel_matches_the_serial_one(small_demo: ExperimentConfig) -> None:
     envs, steps = 256, 150
-    seeds = np.arange(envs) * 104729 + 11
-    ingress = np.arange(envs) % small_demo.world.regions
-    world = replace(small_demo.world, outage_rate=0.05)
+    world, ingress, seeds = _outage_batch(small_demo, envs)
     serial = _trajectory(MultiCloudSim(world, small_demo.reward, ingress), seeds, steps)
     threads = min(4, numba.config.NUMBA_NUM_THREADS)
     parallel = _trajectory(
