@@ -6,8 +6,9 @@ depends only on its seed and its actions, never on the batch size or the order o
 loop. Queues are FCFS: a node's unfinished work follows Lindley's recursion (exact
 waiting times), and a ring of predicted completion times gives its job count.
 
-The arrays below are laid out by `world.MultiCloudSim`; the index constants name the
-rows of the packed parameter arrays.
+The arrays below are laid out by `world.MultiCloudSim`; the estate's fixed arrays travel
+as one `statics` tuple, `(speed, power, price_mult, node_region, reg, rtt, p,
+nodes_per_region)`, and the index constants name the rows of `reg` and `p`.
 """
 
 from __future__ import annotations
@@ -111,16 +112,10 @@ def _outcome(
     clock,
     backlog,
     count,
-    speed,
-    power,
-    price_mult,
-    node_region,
-    reg,
-    rtt,
-    p,
-    nodes_per_region,
+    statics,
 ):
     """Latency (s), violation, cost, energy and carbon of sending env b's job to node n."""
+    speed, power, price_mult, _, reg, rtt, p, nodes_per_region = statics
     r = n // nodes_per_region
     s, c = clock[b, 0], clock[b, 1]
     day = _local_day(reg, r, s, c)
@@ -261,13 +256,10 @@ def reset_kernel(
     ingress,
     obs,
     mask,
-    speed,
-    node_region,
-    reg,
-    p,
-    nodes_per_region,
+    statics,
 ):
     """Empty the listed envs' estates, draw their first job and observe them."""
+    speed, _, _, node_region, reg, _, p, _ = statics
     nregions = reg.shape[1]
     for j in range(envs.shape[0]):
         b = envs[j]
@@ -335,16 +327,10 @@ def _step_env(
     mask_out,
     reward,
     metrics,
-    speed,
-    power,
-    price_mult,
-    node_region,
-    reg,
-    rtt,
-    p,
-    nodes_per_region,
+    statics,
 ):
     """Env b: dispatch its waiting job to its action, then advance to its next job."""
+    speed, _, _, node_region, reg, _, p, _ = statics
     nregions = reg.shape[1]
     capacity = ring.shape[2]
     a = actions[b]
@@ -358,14 +344,7 @@ def _step_env(
             clock,
             backlog,
             count,
-            speed,
-            power,
-            price_mult,
-            node_region,
-            reg,
-            rtt,
-            p,
-            nodes_per_region,
+            statics,
         )
         backlog[b, a] += size[b]
         k = count[b, a]
@@ -438,14 +417,7 @@ def step_kernel(
     mask_out,
     reward,
     metrics,
-    speed,
-    power,
-    price_mult,
-    node_region,
-    reg,
-    rtt,
-    p,
-    nodes_per_region,
+    statics,
 ):
     """Dispatch every env's pending job to its action, then advance to the next job.
 
@@ -474,14 +446,7 @@ def step_kernel(
             mask_out,
             reward,
             metrics,
-            speed,
-            power,
-            price_mult,
-            node_region,
-            reg,
-            rtt,
-            p,
-            nodes_per_region,
+            statics,
         )
 
 
@@ -505,14 +470,7 @@ def step_kernel_parallel(
     mask_out,
     reward,
     metrics,
-    speed,
-    power,
-    price_mult,
-    node_region,
-    reg,
-    rtt,
-    p,
-    nodes_per_region,
+    statics,
 ):
     """`step_kernel` as a parallel loop over envs, for large batches on several threads.
 
@@ -541,14 +499,7 @@ def step_kernel_parallel(
             mask_out,
             reward,
             metrics,
-            speed,
-            power,
-            price_mult,
-            node_region,
-            reg,
-            rtt,
-            p,
-            nodes_per_region,
+            statics,
         )
 
 
@@ -561,16 +512,10 @@ def dispatch_cost_kernel(
     ingress,
     mask,
     out,
-    speed,
-    power,
-    price_mult,
-    node_region,
-    reg,
-    rtt,
-    p,
-    nodes_per_region,
+    statics,
 ):
     """Immediate weighted cost of every action for every env's pending job (inf if masked)."""
+    p = statics[6]
     for b in range(out.shape[0]):
         for n in range(out.shape[1]):
             if not mask[b, n]:
@@ -584,13 +529,6 @@ def dispatch_cost_kernel(
                 clock,
                 backlog,
                 count,
-                speed,
-                power,
-                price_mult,
-                node_region,
-                reg,
-                rtt,
-                p,
-                nodes_per_region,
+                statics,
             )
             out[b, n] = _weighted_cost(p, latency, violation, cost, carbon)

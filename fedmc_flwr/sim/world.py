@@ -180,8 +180,17 @@ class MultiCloudSim:
         self.num_actions = self.spec.num_nodes
         self.layout = ObsLayout(self.num_actions, self.num_regions)
         self.obs_dim = self.layout.size
-        self._reg, self._p = _pack_params(self.spec)
-        self._node_region = np.repeat(np.arange(self.num_regions), self.nodes_per_region)
+        reg, p = _pack_params(self.spec)
+        self._statics = (
+            self.spec.speed,
+            self.spec.power_w,
+            self.spec.price_mult,
+            np.repeat(np.arange(self.num_regions), self.nodes_per_region),
+            reg,
+            self.spec.rtt_s,
+            p,
+            self.nodes_per_region,
+        )
         b, n = self.num_envs, self.num_actions
         self.t = np.zeros(b)
         self.clock = np.zeros((b, 2))
@@ -230,11 +239,7 @@ class MultiCloudSim:
             self.ingress,
             self.obs,
             self.mask,
-            self.spec.speed,
-            self._node_region,
-            self._reg,
-            self._p,
-            self.nodes_per_region,
+            self._statics,
         )
         if len(envs) == self.num_envs:
             self._seeded = True
@@ -275,14 +280,7 @@ class MultiCloudSim:
             mask,
             reward,
             metrics,
-            self.spec.speed,
-            self.spec.power_w,
-            self.spec.price_mult,
-            self._node_region,
-            self._reg,
-            self.spec.rtt_s,
-            self._p,
-            self.nodes_per_region,
+            self._statics,
         )
         self.obs, self.mask = obs, mask
         return StepResult(obs, mask.copy(), reward, metrics)
@@ -302,14 +300,7 @@ class MultiCloudSim:
             self.ingress,
             self.mask,
             out,
-            self.spec.speed,
-            self.spec.power_w,
-            self.spec.price_mult,
-            self._node_region,
-            self._reg,
-            self.spec.rtt_s,
-            self._p,
-            self.nodes_per_region,
+            self._statics,
         )
         return out
 
