@@ -57,8 +57,10 @@ class WorldConfig:
     """Job size distribution: 'exponential' or 'pareto' (heavy-tailed)."""
     pareto_alpha: float = 1.5
     """Shape of the Pareto job sizes (used when job_size is 'pareto')."""
-    load: float = 0.6
-    """Offered load of a region's own jobs, as a fraction of the estate's spare capacity."""
+    load: float = 0.7
+    """Mean offered load of the busiest ingress region's jobs, as a fraction of the estate's
+    spare capacity (the other regions are lighter, down to about 0.77 of it). Below 1 every
+    region's queues are stable over a day, though bursts and daily peaks overload for a while."""
     background_load: float = 0.3
     """Mean share of node capacity taken by other tenants (varies by region and in time)."""
     heterogeneous: bool = True
@@ -75,6 +77,10 @@ class WorldConfig:
     """Probability, per dispatched job, that some node of the estate goes down."""
     outage_mean_s: float = 5.0
     """Mean duration of a node outage, in simulated seconds."""
+    warmup_jobs: int = 200
+    """Jobs the world dispatches by itself (to the node of shortest expected delay) when an
+    episode starts, before the first job a policy sees: every episode starts from a busy
+    estate, not from empty queues. They count in no reward or metric; 0 starts empty."""
 
 
 @dataclass
@@ -130,11 +136,13 @@ class FederationConfig:
     """How the server combines the regions' weights."""
 
     strategy: str = "fedavg"
-    """'fedavg' (weighted mean) or 'fedprox' ((1 - mu) * mean + mu * previous global)."""
+    """'fedavg' (the weighted mean) or 'shrink' ((1 - mu) * mean + mu * previous global: a
+    damped FedAvg on the server, FedAvgM with server step 1 - mu and no momentum)."""
     mu: float = 0.0
-    """Server-side shrink toward the previous global weights (fedprox)."""
+    """Server-side shrink toward the previous global weights (strategy 'shrink')."""
     proximal_mu: float = 0.0
-    """Client-side proximal term mu/2 * ||w - w_global||^2 (0 turns it off)."""
+    """FedProx (Li et al. 2020): each client adds mu/2 * ||w - w_global||^2 to its loss, so
+    its local weights stay near the round's global ones (0 turns it off)."""
 
 
 @dataclass
@@ -142,11 +150,13 @@ class EvalConfig:
     """Held-out evaluation shared by dispatchers and learners."""
 
     seeds: int = 10
-    """Held-out seeds per region."""
+    """Held-out seeds per region; their episodes start at phases spread evenly over the day."""
     steps: int = 2000
     """Dispatched jobs per held-out seed."""
-    seed_offset: int = 1_000_000
-    """Held-out seeds start here (added to the experiment seed), far from training seeds."""
+    split: str = "test"
+    """Which held-out seeds: 'test' (reported results) or 'validation' (tuning). The two
+    sets are disjoint from each other and from every training seed (`fedmc_flwr.seeds`),
+    and neither depends on the experiment seed, so every training seed meets the same ones."""
 
 
 @dataclass
@@ -204,6 +214,7 @@ _RANGES: dict[str, _Check] = {
     "world.burstiness": (_unit_half_open, "a number in [0, 1)"),
     "world.outage_rate": (_unit_half_open, "a probability in [0, 1)"),
     "world.outage_mean_s": (_positive, "a number > 0"),
+    "world.warmup_jobs": (lambda v: 0 <= v <= 100_000, "an integer from 0 to 100000"),
     "reward.latency": (_non_negative, "a number >= 0"),
     "reward.violations": (_non_negative, "a number >= 0"),
     "reward.cost": (_non_negative, "a number >= 0"),
@@ -224,12 +235,18 @@ _RANGES: dict[str, _Check] = {
     "ppo.torch_threads": (_positive, "an integer > 0"),
     "train.rounds": (_positive, "an integer > 0"),
     "train.steps_per_round": (_positive, "an integer > 0"),
-    "federation.strategy": (lambda v: v in ("fedavg", "fedprox"), "'fedavg' or 'fedprox'"),
+    "federation.strategy": (
+        lambda v: v in ("fedavg", "shrink"),
+        "'fedavg' or 'shrink' (FedProx's client term is federation.proximal_mu)",
+    ),
     "federation.mu": (_unit_half_open, "a number in [0, 1)"),
     "federation.proximal_mu": (_non_negative, "a number >= 0"),
-    "eval.seeds": (lambda v: v >= 2, "an integer >= 2 (confidence intervals need two)"),
+    "eval.seeds": (
+        lambda v: 2 <= v <= 1_000_000,
+        "an integer from 2 (confidence intervals need two) to 1000000",
+    ),
     "eval.steps": (_positive, "an integer > 0"),
-    "eval.seed_offset": (_non_negative, "an integer >= 0"),
+    "eval.split": (lambda v: v in ("test", "validation"), "'test' or 'validation'"),
 }
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from fedmc_flwr import seeds as seed_spaces
 from fedmc_flwr.config import ExperimentConfig
 from fedmc_flwr.policies.base import PolicyFactory
 from fedmc_flwr.sim.world import METRIC_NAMES, MultiCloudSim
@@ -21,9 +22,8 @@ LATENCY = METRIC_NAMES.index("latency_ms")
 
 
 def heldout_seeds(cfg: ExperimentConfig, region: int) -> np.ndarray:
-    """The evaluation seeds of one region: disjoint from every training seed and region."""
-    start = cfg.seed + cfg.eval.seed_offset + 10_000 * region
-    return np.arange(start, start + cfg.eval.seeds, dtype=np.uint64)
+    """The evaluation seeds of one region in the configured split (`fedmc_flwr.seeds`)."""
+    return seed_spaces.heldout_seeds(cfg.eval.split, region, cfg.eval.seeds)
 
 
 def ci95(per_seed: np.ndarray) -> float:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fedmc_flwr.cli import main
-from fedmc_flwr.config import load_config
+from fedmc_flwr.config import ConfigError, load_config
 
 BAD_FILES = {  # YAML body after `inherits: small_demo.yaml` -> key the error must name
     "unknown key": ("world:\n  colour: blue\n", "world.colour"),
@@ -66,10 +66,23 @@ def test_missing_and_malformed_files_are_one_line(
     assert str(broken) in _fails_with_one_line(capsys, ["train", "--config", str(broken)])
 
 
-def test_ablation_fedprox_differs_from_small_demo_only_in_name_and_federation(
-    small_demo_path: Path,
+@pytest.mark.parametrize(
+    ("file", "federation"),
+    [
+        ("ablation_shrink.yaml", {"strategy": "shrink", "mu": 0.1}),
+        ("ablation_fedprox.yaml", {"proximal_mu": 0.01}),
+        ("ablation_fedprox_shrink.yaml", {"strategy": "shrink", "mu": 0.1, "proximal_mu": 0.01}),
+    ],
+)
+def test_ablations_differ_from_small_demo_only_in_name_and_federation(
+    small_demo_path: Path, file: str, federation: dict
 ) -> None:
     base = asdict(load_config(small_demo_path))
-    ablation = asdict(load_config(small_demo_path.parent / "ablation_fedprox.yaml"))
+    ablation = asdict(load_config(small_demo_path.parent / file))
     assert {key for key in base if base[key] != ablation[key]} == {"name", "federation"}
-    assert ablation["federation"] == {**base["federation"], "strategy": "fedprox", "mu": 0.1}
+    assert ablation["federation"] == {**base["federation"], **federation}
+
+
+def test_the_old_strategy_name_points_to_its_two_meanings(small_demo_path: Path) -> None:
+    with pytest.raises(ConfigError, match="proximal_mu"):
+        load_config(small_demo_path, ["federation.strategy=fedprox"])

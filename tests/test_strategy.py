@@ -51,11 +51,11 @@ def test_shrink_moves_toward_previous_global() -> None:
         shrink(_weights(2.0), _weights(0.0), mu=1.0)
 
 
-def test_aggregate_fedavg_and_fedprox() -> None:
+def test_aggregate_fedavg_and_shrink() -> None:
     updates = [RegionUpdate(0, _weights(1.0), 1), RegionUpdate(1, _weights(3.0), 1)]
     previous = _weights(10.0)
     avg = aggregate(updates, previous, FederationConfig(strategy="fedavg"))
-    prox = aggregate(updates, previous, FederationConfig(strategy="fedprox", mu=0.1))
+    prox = aggregate(updates, previous, FederationConfig(strategy="shrink", mu=0.1))
     np.testing.assert_allclose(avg[1], 2.0)
     np.testing.assert_allclose(prox[1], 0.9 * 2.0 + 0.1 * 10.0)
 
@@ -132,7 +132,9 @@ def test_eval_result_survives_the_wire_bit_for_bit() -> None:
         wire.eval_result(wire.pack(1, {"policy": "x"}), 1)
 
 
-def test_policy_name_follows_the_proximal_switches() -> None:
+def test_policy_name_says_which_arms_are_on() -> None:
     assert policy_name(FederationConfig()) == "ppo-fedavg"
-    assert policy_name(FederationConfig(strategy="fedprox", mu=0.1)) == "ppo-fedprox"
+    assert policy_name(FederationConfig(strategy="shrink", mu=0.1)) == "ppo-shrink"
     assert policy_name(FederationConfig(proximal_mu=0.01)) == "ppo-fedprox"
+    both = FederationConfig(strategy="shrink", mu=0.1, proximal_mu=0.01)
+    assert policy_name(both) == "ppo-fedprox-shrink"

@@ -3,7 +3,7 @@
 The math is plain numpy so that it can be tested, and reused, without Flower:
 `check_update` rejects malformed updates, `by_region` fixes the order of the survivors
 (float sums depend on order; replies arrive in any order), and `aggregate` is the mean
-weighted by environment steps, shrunk toward the previous global weights for fedprox.
+weighted by environment steps, shrunk toward the previous global weights for 'shrink'.
 Sums run in float64 and every array keeps its own dtype (float32 network weights, float64
 normaliser statistics), so one round's result does not depend on how many virtual clients
 served the regions.
@@ -60,9 +60,11 @@ class RegionUpdate:
 
 
 def policy_name(federation: FederationConfig) -> str:
-    """The learner's name in metrics.csv: FedProx if either proximal mechanism is on."""
-    proximal = federation.strategy == "fedprox" or federation.proximal_mu > 0
-    return "ppo-fedprox" if proximal else "ppo-fedavg"
+    """The learner's name in metrics.csv, from what its federation does: `ppo-fedavg`,
+    `ppo-shrink` (server shrink), `ppo-fedprox` (client proximal term) or both."""
+    client = ["fedprox"] if federation.proximal_mu > 0 else []
+    server = ["shrink"] if federation.strategy == "shrink" else []
+    return "-".join(["ppo", *(client + server or ["fedavg"])])
 
 
 def check_update(weights: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> str | None:
@@ -109,7 +111,7 @@ def weighted_mean(updates: Sequence[Sequence[np.ndarray]], weights: Sequence[flo
 
 
 def shrink(average: Sequence[np.ndarray], previous: Sequence[np.ndarray], mu: float) -> Weights:
-    """FedProx on the server: `(1 - mu) * average + mu * previous`, array by array."""
+    """The server shrink: `(1 - mu) * average + mu * previous`, array by array (a damped FedAvg)."""
     if not 0.0 <= mu < 1.0:
         raise ValueError(f"mu must lie in [0, 1), got {mu}")
     return [
@@ -124,7 +126,7 @@ def aggregate(
     """The next global weights from valid updates (see the module docstring)."""
     ordered = by_region(updates)
     average = weighted_mean([u.weights for u in ordered], [u.num_examples for u in ordered])
-    if federation.strategy == "fedprox":
+    if federation.strategy == "shrink":
         return shrink(average, previous, federation.mu)
     return average
 
@@ -162,7 +164,7 @@ class RoundRecorder(Protocol):
 
 
 class RegionStrategy(Strategy):
-    """FedAvg / FedProx over regions, for NumPyClient region clients (legacy Flower API)."""
+    """FedAvg or the server shrink over regions, for NumPyClient region clients (legacy API)."""
 
     def __init__(
         self,

@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from fedmc_flwr.config import ExperimentConfig, PPOConfig
+from fedmc_flwr.seeds import training_seed
 from fedmc_flwr.sim.world import MultiCloudSim
 
 MASKED_LOGIT = -1e8
@@ -196,11 +197,6 @@ class GreedyPolicy:
             return logits.argmax(dim=1).numpy().astype(np.int64)
 
 
-def _episode_seed(seed: int, env: int, episode: int) -> int:
-    """World seed of one training episode: hashed, so far from the held-out seed numbers."""
-    return int(np.random.SeedSequence([seed, env, episode]).generate_state(1, np.uint64)[0])
-
-
 def _torch_seed(seed: int) -> int:
     return int(np.random.SeedSequence([seed, 0x7047]).generate_state(1, np.uint64)[0] >> 1)
 
@@ -231,7 +227,7 @@ class PPOLearner:
         self.return_norm = RunningNorm(1)
         self.discounted = np.zeros(cfg.ppo.num_envs)
         self.episodes = np.zeros(cfg.ppo.num_envs, dtype=np.int64)
-        env_seeds = [_episode_seed(seed, k, 0) for k in range(cfg.ppo.num_envs)]
+        env_seeds = [training_seed(seed, k, 0) for k in range(cfg.ppo.num_envs)]
         self.obs, self.mask = self.sim.reset(np.array(env_seeds, dtype=np.uint64))
         # Episodes start staggered, so restarts spread evenly over time.
         offsets = np.arange(cfg.ppo.num_envs) * cfg.ppo.episode_steps // cfg.ppo.num_envs
@@ -365,7 +361,7 @@ class PPOLearner:
     def _restart(self, envs: np.ndarray) -> None:
         """Start the listed envs' next episodes, each from its own fresh seed."""
         self.episodes[envs] += 1
-        seeds = [_episode_seed(self.seed, int(k), int(self.episodes[k])) for k in envs]
+        seeds = [training_seed(self.seed, int(k), int(self.episodes[k])) for k in envs]
         self.obs, self.mask = self.sim.reset_envs(envs, np.array(seeds, dtype=np.uint64))
         self.elapsed[envs] = 0
         self.discounted[envs] = 0.0
