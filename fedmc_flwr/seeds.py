@@ -47,3 +47,11 @@ def heldout_phases(count: int) -> np.ndarray:
     """Where in the day each of `count` held-out episodes starts (fraction of the day):
     the midpoints of `count` equal strata, so every part of the day is judged equally."""
     return (np.arange(count) + 0.5) / count
+
+
+def learner_seed(experiment_seed: int, region: int | None = None) -> int:
+    """A learner's own seed (its network's initialisation, its sampling, its training
+    worlds): one per experiment seed and region. `region=None` is the learner of all
+    regions: the federation's initial global weights and centralised PPO."""
+    key = [int(experiment_seed), 0] if region is None else [int(experiment_seed), 1, int(region)]
+    return int(np.random.SeedSequence(key).generate_state(1, np.uint64)[0] >> 1)

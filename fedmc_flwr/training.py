@@ -18,6 +18,7 @@ from fedmc_flwr.config import ExperimentConfig, to_yaml
 from fedmc_flwr.evaluation import EvalResult, evaluate
 from fedmc_flwr.policies.ppo import ROUND_METRICS, PPOLearner
 from fedmc_flwr.results import TIMING_COLUMNS, MetricsWriter, experiment_dir
+from fedmc_flwr.seeds import learner_seed
 from fedmc_flwr.sim.signals import region_catalogue
 
 MODES = ("centralised", "local")
@@ -27,9 +28,9 @@ def _learners(cfg: ExperimentConfig, mode: str) -> dict[str, PPOLearner]:
     """Learners keyed by the metrics.csv client they train for ('all' or a region name)."""
     regions = list(range(cfg.world.regions))
     if mode == "centralised":
-        return {"all": PPOLearner(cfg, regions, cfg.seed)}
+        return {"all": PPOLearner(cfg, regions, learner_seed(cfg.seed))}
     names = [region.name for region in region_catalogue(cfg.world.regions)]
-    return {names[r]: PPOLearner(cfg, [r], cfg.seed + r) for r in regions}
+    return {names[r]: PPOLearner(cfg, [r], learner_seed(cfg.seed, r)) for r in regions}
 
 
 def _evaluate_learners(

@@ -15,11 +15,12 @@ import numpy as np
 import pytest
 
 from fedmc_flwr.config import load_config
-from fedmc_flwr.federation.client_app import learner_seed, train_region
+from fedmc_flwr.federation.client_app import train_region
 from fedmc_flwr.federation.runner import run_federation
 from fedmc_flwr.policies.heuristics import DISPATCHERS
 from fedmc_flwr.policies.ppo import PPOLearner
 from fedmc_flwr.results import COLUMNS, TIMING_COLUMNS
+from fedmc_flwr.seeds import learner_seed
 
 TINY = Path(__file__).parent / "conf" / "tiny_federation.yaml"
 REGIONS = ("us-east1", "europe-west9")
@@ -29,7 +30,7 @@ DIAGNOSTICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")
 def test_a_region_resumes_its_learner_between_rounds(tmp_path: Path) -> None:
     """Two rounds through the state file equal two rounds of one learner kept in memory."""
     cfg = load_config(TINY)
-    kept = PPOLearner(cfg, [1], seed=learner_seed(cfg, 1))
+    kept = PPOLearner(cfg, [1], seed=learner_seed(cfg.seed, 1))
     weights = kept.get_weights()
     for rnd in (1, 2):
         kept.set_weights(weights)

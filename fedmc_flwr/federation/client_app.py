@@ -28,16 +28,12 @@ from fedmc_flwr.evaluation import EvalResult, evaluate
 from fedmc_flwr.federation import wire
 from fedmc_flwr.federation.strategy import policy_name
 from fedmc_flwr.policies.ppo import PPOLearner
+from fedmc_flwr.seeds import learner_seed
 from fedmc_flwr.sim.signals import region_catalogue
 
 torch.set_num_threads(1)
 
 Weights = list[np.ndarray]
-
-
-def learner_seed(cfg: ExperimentConfig, region: int) -> int:
-    """A region's training seed: one stream per (experiment seed, region)."""
-    return cfg.seed * 1_000 + region
 
 
 def state_path(state_dir: Path, cfg: ExperimentConfig, region: int) -> Path:
@@ -53,7 +49,7 @@ def train_region(
     Round 1 starts a fresh learner (a file left by an earlier run is ignored); later rounds
     resume the file the previous round saved.
     """
-    learner = PPOLearner(cfg, [region], seed=learner_seed(cfg, region))
+    learner = PPOLearner(cfg, [region], seed=learner_seed(cfg.seed, region))
     path = state_path(state_dir, cfg, region)
     if server_round > 1:
         if not path.is_file():
@@ -73,7 +69,7 @@ def evaluate_region(
     cfg: ExperimentConfig, region: int, weights: Weights
 ) -> tuple[EvalResult, float]:
     """The global policy on the region's held-out seeds, and the seconds it took."""
-    learner = PPOLearner(cfg, [region], seed=learner_seed(cfg, region))
+    learner = PPOLearner(cfg, [region], seed=learner_seed(cfg.seed, region))
     learner.set_weights(weights)
     name = policy_name(cfg.federation)
     start = time.perf_counter()

@@ -30,6 +30,7 @@ from fedmc_flwr.federation.recorder import RunRecorder
 from fedmc_flwr.federation.strategy import RegionStrategy
 from fedmc_flwr.policies.ppo import PPOLearner
 from fedmc_flwr.results import experiment_dir
+from fedmc_flwr.seeds import learner_seed
 from fedmc_flwr.sim.signals import region_catalogue
 
 APP_DIR = Path(__file__).resolve().parents[2]
@@ -51,8 +52,10 @@ def experiment_config(run_config: dict[str, Scalar]) -> ExperimentConfig:
 
 
 def initial_weights(cfg: ExperimentConfig) -> list[np.ndarray]:
-    """Round 1's global weights: a fresh learner seeded by the experiment seed alone."""
-    return PPOLearner(cfg, list(range(cfg.world.regions)), seed=cfg.seed).get_weights()
+    """Round 1's global weights: a fresh learner of all regions, seeded by the experiment."""
+    return PPOLearner(
+        cfg, list(range(cfg.world.regions)), seed=learner_seed(cfg.seed)
+    ).get_weights()
 
 
 def server_fn(context: Context) -> ServerAppComponents:
