@@ -36,7 +36,7 @@ def test_a_region_resumes_its_learner_between_rounds(tmp_path: Path) -> None:
         kept.set_weights(weights)
         kept.train_round(cfg.train.steps_per_round)
         weights, _ = train_region(cfg, 1, weights, rnd, tmp_path)
-        for a, b in zip(weights, kept.get_weights(), strict=True):
+        for a, b in zip(weights, kept.get_update(), strict=True):
             np.testing.assert_array_equal(a, b)
     with pytest.raises(FileNotFoundError, match="no learner state"):
         train_region(cfg, 0, weights, 2, tmp_path)

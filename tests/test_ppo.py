@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from fedmc_flwr.config import ExperimentConfig, PPOConfig, WorldConfig
-from fedmc_flwr.policies.ppo import PPOLearner, gae, proximal_term
+from fedmc_flwr.policies.moments import MOMENT_ARRAYS, Moments
+from fedmc_flwr.policies.ppo import STATISTICS, PPOLearner, gae, proximal_term
 from fedmc_flwr.sim.world import MultiCloudSim
 
 LOSS_KEYS = {"policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac"}
@@ -33,12 +34,21 @@ def tiny_cfg(**ppo: float) -> ExperimentConfig:
     )
 
 
+def _network(learner: PPOLearner) -> list[np.ndarray]:
+    return learner.get_weights()[: len(learner.params)]
+
+
 def test_weights_round_trip_and_layout() -> None:
     learner = PPOLearner(tiny_cfg(), [0, 1], seed=1)
+    learner.train_round(16)
     weights = learner.get_weights()
-    assert all(w.dtype == np.float32 for w in weights[:-2])
-    assert weights[-2].dtype == np.float64 and weights[-1].dtype == np.float64
-    assert weights[-2].shape == (learner.sim.obs_dim,)
+    stats = weights[len(learner.params) :]
+    assert all(w.dtype == np.float32 for w in _network(learner))
+    assert len(stats) == MOMENT_ARRAYS * len(STATISTICS)
+    assert all(w.dtype == np.float64 for w in stats)
+    observation, returns = stats[:MOMENT_ARRAYS], stats[MOMENT_ARRAYS:]
+    assert observation[0].shape == (1,) and observation[1].shape == (learner.sim.obs_dim,)
+    assert returns[1].shape == (1,)
     other = PPOLearner(tiny_cfg(), [0, 1], seed=2)
     other.set_weights(weights)
     for a, b in zip(other.get_weights(), weights, strict=True):
@@ -119,9 +129,9 @@ def test_proximal_mu_keeps_a_round_closer_to_the_global_weights() -> None:
     distances = []
     for mu in (0.0, 50.0):
         learner = PPOLearner(tiny_cfg(learning_rate=3e-3), [0, 1], seed=7)
-        start = learner.get_weights()[:-2]
+        start = _network(learner)
         metrics = learner.train_round(48, proximal_mu=mu)
-        end = learner.get_weights()[:-2]
+        end = _network(learner)
         distances.append(sum(float(((e - s) ** 2).sum()) for e, s in zip(end, start, strict=True)))
         assert np.isfinite(metrics["policy_loss"])
     assert distances[1] < 0.5 * distances[0]
@@ -183,10 +193,36 @@ def test_annealed_learning_rate_reaches_zero_at_the_planned_budget() -> None:
     cfg = tiny_cfg(anneal_lr=True)
     cfg.train.rounds, cfg.train.steps_per_round = 1, 32
     learner = PPOLearner(cfg, [0, 1], seed=0)
-    before = learner.get_weights()[:-2]
+    before = _network(learner)
     learner.train_round(32)
-    planned = learner.get_weights()[:-2]
+    planned = _network(learner)
     assert not np.array_equal(before[0], planned[0])
     learner.train_round(16)  # past the plan: the rate is 0, the network stays put
-    for a, b in zip(planned, learner.get_weights()[:-2], strict=True):
+    for a, b in zip(planned, _network(learner), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_an_update_carries_only_the_moments_seen_since_the_global_ones() -> None:
+    """A region reports what it saw this round; the pooled moments stay the server's."""
+    learner = PPOLearner(tiny_cfg(), [0], seed=3)
+    learner.train_round(16)
+    pooled = learner.get_weights()
+    learner.set_weights(pooled)
+    learner.train_round(16)
+    fresh = Moments.from_arrays(learner.get_update()[len(learner.params) :][:MOMENT_ARRAYS])
+    total = Moments.from_arrays(learner.get_weights()[len(learner.params) :][:MOMENT_ARRAYS])
+    before = Moments.from_arrays(pooled[len(learner.params) :][:MOMENT_ARRAYS])
+    assert fresh.count == 16 * learner.sim.num_envs
+    assert total.count == before.count + fresh.count
+    np.testing.assert_allclose(before.merge(fresh).var, total.var, rtol=1e-9)
+
+
+def test_flags_one_hot_and_clock_are_not_standardised() -> None:
+    """A feature constant inside a region (its ingress flag) must reach the network as is."""
+    learner = PPOLearner(tiny_cfg(), [1], seed=0)
+    learner.train_round(16)
+    layout = learner.sim.layout
+    x = learner.norm(learner.obs)
+    for raw in (layout.up, layout.ingress, layout.clock):
+        np.testing.assert_array_equal(x[:, raw], learner.obs[:, raw])
+    assert not np.allclose(x[:, layout.queue], learner.obs[:, layout.queue])

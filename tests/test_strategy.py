@@ -18,6 +18,7 @@ from fedmc_flwr.federation.strategy import (
     split_update,
     weighted_mean,
 )
+from fedmc_flwr.policies.moments import Moments
 from fedmc_flwr.sim.world import METRIC_NAMES
 
 
@@ -54,8 +55,8 @@ def test_shrink_moves_toward_previous_global() -> None:
 def test_aggregate_fedavg_and_shrink() -> None:
     updates = [RegionUpdate(0, _weights(1.0), 1), RegionUpdate(1, _weights(3.0), 1)]
     previous = _weights(10.0)
-    avg = aggregate(updates, previous, FederationConfig(strategy="fedavg"))
-    prox = aggregate(updates, previous, FederationConfig(strategy="shrink", mu=0.1))
+    avg = aggregate(updates, previous, FederationConfig(strategy="fedavg"), statistics=0)
+    prox = aggregate(updates, previous, FederationConfig(strategy="shrink", mu=0.1), statistics=0)
     np.testing.assert_allclose(avg[1], 2.0)
     np.testing.assert_allclose(prox[1], 0.9 * 2.0 + 0.1 * 10.0)
 
@@ -80,12 +81,12 @@ def test_order_by_region_makes_the_sum_independent_of_arrival() -> None:
         for r in range(5)
     ]
     config = FederationConfig()
-    reference = aggregate(updates, updates[0].weights, config)
+    reference = aggregate(updates, updates[0].weights, config, statistics=0)
     for perm in (rng.permutation(5) for _ in range(5)):
         shuffled = [updates[i] for i in perm]
         assert [u.region for u in by_region(shuffled)] == list(range(5))
         np.testing.assert_array_equal(
-            aggregate(shuffled, updates[0].weights, config)[0], reference[0]
+            aggregate(shuffled, updates[0].weights, config, statistics=0)[0], reference[0]
         )
 
 
@@ -138,3 +139,27 @@ def test_policy_name_says_which_arms_are_on() -> None:
     assert policy_name(FederationConfig(proximal_mu=0.01)) == "ppo-fedprox"
     both = FederationConfig(strategy="shrink", mu=0.1, proximal_mu=0.01)
     assert policy_name(both) == "ppo-fedprox-shrink"
+
+
+def test_aggregate_pools_statistics_across_regions_and_rounds() -> None:
+    """The global moments after two rounds equal those of all the regions' data at once,
+    each sample counted once; a plain average of the regions' arrays would lose the
+    between-region spread of a region flag (variance 0 inside each region)."""
+    rng = np.random.default_rng(5)
+    layer = np.zeros(3, dtype=np.float32)
+    seen: list[np.ndarray] = []
+    previous = [layer, *Moments.empty(2).arrays()]
+    for _ in range(2):
+        updates = []
+        for region, size in ((0, 400), (1, 900), (2, 150)):
+            data = np.column_stack(
+                [np.full(size, float(region == 0)), rng.exponential(region + 1, size)]
+            )
+            seen.append(data)
+            updates.append(RegionUpdate(region, [layer, *Moments.of(data).arrays()], size))
+        previous = aggregate(updates, previous, FederationConfig(), statistics=1)
+    pooled = Moments.from_arrays(previous[1:])
+    whole = np.concatenate(seen)
+    assert pooled.count == len(whole)
+    np.testing.assert_allclose(pooled.mean, whole.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(pooled.var, whole.var(axis=0), rtol=1e-10)

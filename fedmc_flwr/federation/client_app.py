@@ -62,7 +62,7 @@ def train_region(
     partial = path.with_name(path.name + ".partial")
     learner.save(partial)
     os.replace(partial, path)  # never leave a half-written state behind
-    return learner.get_weights(), stats
+    return learner.get_update(), stats
 
 
 def evaluate_region(

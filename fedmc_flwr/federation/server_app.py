@@ -28,7 +28,7 @@ from flwr.server import ServerApp, ServerAppComponents, ServerConfig
 from fedmc_flwr.config import ExperimentConfig, load_config, to_yaml
 from fedmc_flwr.federation.recorder import RunRecorder
 from fedmc_flwr.federation.strategy import RegionStrategy
-from fedmc_flwr.policies.ppo import PPOLearner
+from fedmc_flwr.policies.ppo import STATISTICS, PPOLearner
 from fedmc_flwr.results import experiment_dir
 from fedmc_flwr.seeds import learner_seed
 from fedmc_flwr.sim.signals import region_catalogue
@@ -73,7 +73,9 @@ def server_fn(context: Context) -> ServerAppComponents:
     def instructions(server_round: int) -> dict[str, Scalar]:
         return {"server-round": server_round, "experiment": resolved, "state-dir": state_dir}
 
-    strategy = RegionStrategy(initial, cfg.federation, cfg.world.regions, instructions, recorder)
+    strategy = RegionStrategy(
+        initial, cfg.federation, cfg.world.regions, instructions, recorder, len(STATISTICS)
+    )
     return ServerAppComponents(strategy=strategy, config=ServerConfig(num_rounds=cfg.train.rounds))
 
 

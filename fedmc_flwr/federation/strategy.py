@@ -2,11 +2,13 @@
 
 The math is plain numpy so that it can be tested, and reused, without Flower:
 `check_update` rejects malformed updates, `by_region` fixes the order of the survivors
-(float sums depend on order; replies arrive in any order), and `aggregate` is the mean
-weighted by environment steps, shrunk toward the previous global weights for 'shrink'.
-Sums run in float64 and every array keeps its own dtype (float32 network weights, float64
-normaliser statistics), so one round's result does not depend on how many virtual clients
-served the regions.
+(float sums depend on order; replies arrive in any order), and `aggregate` takes the
+network's mean weighted by environment steps (shrunk toward the previous global weights
+for 'shrink') and pools the running observation and return moments exactly: the global
+moments plus each region's moments of this round, between-region spread included (see
+`policies/moments.py`). Sums run in float64 and every array keeps its own dtype (float32
+network weights, float64 moments), so one round's result does not depend on how many
+virtual clients served the regions.
 
 `RegionStrategy` is the thin legacy-API wrapper: it sends the global weights to every
 client, splits each reply into per-region updates, aggregates them, and hands the round's
@@ -41,6 +43,7 @@ from flwr.server.strategy import Strategy
 from fedmc_flwr.config import FederationConfig
 from fedmc_flwr.evaluation import EvalResult
 from fedmc_flwr.federation import wire
+from fedmc_flwr.policies.moments import MOMENT_ARRAYS, Moments, pool
 
 Weights = list[np.ndarray]
 CLIENT_WAIT_S = 60.0
@@ -120,15 +123,38 @@ def shrink(average: Sequence[np.ndarray], previous: Sequence[np.ndarray], mu: fl
     ]
 
 
-def aggregate(
-    updates: Sequence[RegionUpdate], previous: Sequence[np.ndarray], federation: FederationConfig
+def pool_statistics(
+    previous: Sequence[np.ndarray], fresh: Sequence[Sequence[np.ndarray]]
 ) -> Weights:
-    """The next global weights from valid updates (see the module docstring)."""
+    """Running moments (`[count, mean, var]` groups) pooled: the global ones plus what each
+    region saw this round, with the between-region spread (never a plain average)."""
+    out: Weights = []
+    for k in range(0, len(previous), MOMENT_ARRAYS):
+        parts = [Moments.from_arrays(previous[k : k + MOMENT_ARRAYS])]
+        parts += [Moments.from_arrays(f[k : k + MOMENT_ARRAYS]) for f in fresh]
+        out += pool(parts).arrays()
+    return out
+
+
+def aggregate(
+    updates: Sequence[RegionUpdate],
+    previous: Sequence[np.ndarray],
+    federation: FederationConfig,
+    statistics: int,
+) -> Weights:
+    """The next global weights from valid updates (see the module docstring).
+
+    The last `statistics` groups of `MOMENT_ARRAYS` arrays are running moments, pooled;
+    the arrays before them are the network, averaged (and shrunk for 'shrink').
+    """
     ordered = by_region(updates)
-    average = weighted_mean([u.weights for u in ordered], [u.num_examples for u in ordered])
+    cut = len(previous) - statistics * MOMENT_ARRAYS
+    if cut < 0:
+        raise ValueError(f"{len(previous)} arrays cannot hold {statistics} statistics")
+    average = weighted_mean([u.weights[:cut] for u in ordered], [u.num_examples for u in ordered])
     if federation.strategy == "shrink":
-        return shrink(average, previous, federation.mu)
-    return average
+        average = shrink(average, previous[:cut], federation.mu)
+    return average + pool_statistics(previous[cut:], [u.weights[cut:] for u in ordered])
 
 
 def split_update(
@@ -173,8 +199,10 @@ class RegionStrategy(Strategy):
         num_regions: int,
         instructions: Callable[[int], dict[str, Scalar]],
         recorder: RoundRecorder,
+        statistics: int,
     ) -> None:
         self.weights = [np.asarray(a) for a in initial]
+        self.statistics = statistics
         self.federation = federation
         self.num_regions = num_regions
         self.instructions = instructions
@@ -242,7 +270,7 @@ class RegionStrategy(Strategy):
                 )
         if not valid:
             raise RuntimeError(f"round {server_round}: no valid update to aggregate")
-        self.weights = aggregate(valid, self.weights, self.federation)
+        self.weights = aggregate(valid, self.weights, self.federation, self.statistics)
         self.recorder.on_fit(server_round, valid, self.weights, time.perf_counter() - self._started)
         return ndarrays_to_parameters(self.weights), {}
 

@@ -11,7 +11,8 @@ the held-out episodes rather than one ever-longer day. Logits of masked actions 
 a large negative number, so the sampled, the greedy and the trained distributions never
 put weight on a node that is down or full. Rewards are scaled by the running standard
 deviation of the discounted return, so the critic's gradient cannot swamp the actor's under
-the shared gradient-norm clip.
+the shared gradient-norm clip. Both running statistics (observations, returns) travel with
+the weights as pooled moments, so every region reads inputs and targets in the same units.
 
 Everything a federated client must carry between rounds (weights, Adam moments, the running
 observation normaliser, the torch RNG, the worlds' state and the counters) is one flat dict
@@ -30,14 +31,18 @@ import torch
 from torch import nn
 
 from fedmc_flwr.config import ExperimentConfig, PPOConfig
+from fedmc_flwr.policies.moments import MOMENT_ARRAYS, Moments
 from fedmc_flwr.seeds import training_seed
-from fedmc_flwr.sim.world import MultiCloudSim
+from fedmc_flwr.sim.world import MultiCloudSim, ObsLayout
 
 MASKED_LOGIT = -1e8
 """Logit of a masked action: its probability is exactly 0 and its entropy term 0, never NaN."""
 OBS_CLIP = 10.0
 """Normalised observations are clipped to +-OBS_CLIP (a node coming back from an outage
 would otherwise be hundreds of standard deviations away)."""
+
+STATISTICS = ("observation", "return")
+"""The running moments a weight list carries after the network's arrays, in this order."""
 
 TRAIN_METRICS = ("reward", "latency_ms", "slo_violation_rate", "cost_usd", "carbon_g", "energy_kwh")
 """Training means per job that train_round reports, in METRIC_NAMES order after reward."""
@@ -83,32 +88,64 @@ class ActorCritic(nn.Module):
 
 
 class RunningNorm:
-    """Running mean and variance of observations (parallel Welford, float64)."""
+    """Running moments of a stream (observations or discounted returns), federation-ready.
 
-    def __init__(self, dim: int) -> None:
-        self.mean = np.zeros(dim)
-        self.var = np.ones(dim)
-        self.count = 1e-4
+    `total` is what the learner normalises with: the moments the federation pooled so far
+    plus what this learner saw since. `fresh` is only the latter, what a region sends back
+    after a round: the server adds every region's fresh moments to the pooled ones, so no
+    sample is ever counted twice (see `moments.py`). `columns` marks the features that are
+    standardised; the others (flags, one-hots, the clock's sin and cos, already in [-1, 1])
+    pass through unchanged, so a feature that is constant inside a region can never be
+    blown up to +-OBS_CLIP by a variance near 0.
+    """
+
+    def __init__(self, dim: int, columns: np.ndarray | None = None) -> None:
+        self.columns = np.ones(dim, dtype=bool) if columns is None else columns.copy()
+        self.total = Moments.empty(dim)
+        self.fresh = Moments.empty(dim)
 
     def update(self, batch: np.ndarray) -> None:
-        n = batch.shape[0]
-        batch_mean = batch.mean(axis=0, dtype=np.float64)
-        batch_var = batch.var(axis=0, dtype=np.float64)
-        total = self.count + n
-        delta = batch_mean - self.mean
-        self.mean = self.mean + delta * (n / total)
-        m2 = self.var * self.count + batch_var * n + delta**2 * (self.count * n / total)
-        self.var = m2 / total
-        self.count = total
+        seen = Moments.of(batch)
+        self.total = self.total.merge(seen)
+        self.fresh = self.fresh.merge(seen)
+
+    def start_from(self, pooled: Moments) -> None:
+        """Adopt the federation's pooled moments; nothing seen since."""
+        self.total = pooled
+        self.fresh = Moments.empty(len(pooled.mean))
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
-        return normalise(obs, self.mean, self.var)
+        return normalise(obs, self.total, self.columns)
+
+    def state(self, prefix: str) -> dict[str, np.ndarray]:
+        out = {}
+        for part, moments in (("total", self.total), ("fresh", self.fresh)):
+            for key, array in zip(("count", "mean", "var"), moments.arrays(), strict=True):
+                out[f"{prefix}.{part}.{key}"] = array
+        return out
+
+    def load(self, prefix: str, state: dict[str, np.ndarray]) -> None:
+        def read(part: str) -> Moments:
+            keys = (f"{prefix}.{part}.{key}" for key in ("count", "mean", "var"))
+            return Moments.from_arrays([state[key] for key in keys])
+
+        self.total, self.fresh = read("total"), read("fresh")
 
 
-def normalise(obs: np.ndarray, mean: np.ndarray, var: np.ndarray) -> np.ndarray:
-    """(obs - mean) / std, clipped, as float32 for the network."""
-    scaled = (obs - mean) / np.sqrt(var + 1e-8)
-    return np.clip(scaled, -OBS_CLIP, OBS_CLIP).astype(np.float32)
+def normalise(obs: np.ndarray, moments: Moments, columns: np.ndarray) -> np.ndarray:
+    """(obs - mean) / std on `columns`, clipped; the other features unchanged; float32."""
+    shift = np.where(columns, moments.mean, 0.0)
+    scale = np.where(columns, 1.0 / np.sqrt(moments.var + 1e-8), 1.0)
+    return np.clip((obs - shift) * scale, -OBS_CLIP, OBS_CLIP).astype(np.float32)
+
+
+def standardised_features(layout: ObsLayout) -> np.ndarray:
+    """The observation features a learner standardises: queues, prices, carbon intensities
+    and background loads. Up flags, the ingress one-hot and the clock stay as they are."""
+    columns = np.zeros(layout.size, dtype=bool)
+    for where in (layout.queue, layout.price, layout.carbon, layout.background):
+        columns[where] = True
+    return columns
 
 
 def gae(
@@ -184,15 +221,14 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
 class GreedyPolicy:
     """Argmax over masked logits of a frozen actor and normaliser (serves `Policy`)."""
 
-    def __init__(self, name: str, actor: nn.Module, mean: np.ndarray, var: np.ndarray) -> None:
+    def __init__(self, name: str, actor: nn.Module, norm: RunningNorm) -> None:
         self.name = name
         self._actor = actor
-        self._mean = mean.copy()
-        self._var = var.copy()
+        self._norm = copy.deepcopy(norm)
 
     def act(self, obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
         with torch.inference_mode():
-            x = torch.from_numpy(normalise(obs, self._mean, self._var))
+            x = torch.from_numpy(self._norm(obs))
             logits = self._actor(x).masked_fill(~torch.from_numpy(mask), MASKED_LOGIT)
             return logits.argmax(dim=1).numpy().astype(np.int64)
 
@@ -223,7 +259,7 @@ class PPOLearner:
         self.optimizer = torch.optim.Adam(
             self.params, lr=cfg.ppo.learning_rate, eps=1e-5, foreach=False
         )
-        self.norm = RunningNorm(self.sim.obs_dim)
+        self.norm = RunningNorm(self.sim.obs_dim, standardised_features(self.sim.layout))
         self.return_norm = RunningNorm(1)
         self.discounted = np.zeros(cfg.ppo.num_envs)
         self.episodes = np.zeros(cfg.ppo.num_envs, dtype=np.int64)
@@ -232,16 +268,24 @@ class PPOLearner:
         # Episodes start staggered, so restarts spread evenly over time.
         offsets = np.arange(cfg.ppo.num_envs) * cfg.ppo.episode_steps // cfg.ppo.num_envs
         self.elapsed = offsets.astype(np.int64)
-        self.norm.update(self.obs)
         self.global_step = 0
 
     # --- weights that travel ----------------------------------------------------------
 
     def get_weights(self) -> list[np.ndarray]:
+        """The network's arrays (float32), then the observation and return moments (float64,
+        `STATISTICS` groups of `[count, mean, var]`): all the policy needs to act."""
         arrays = [p.detach().numpy().astype(np.float32, copy=True) for p in self.params]
-        return [*arrays, self.norm.mean.copy(), self.norm.var.copy()]
+        return [*arrays, *self.norm.total.arrays(), *self.return_norm.total.arrays()]
+
+    def get_update(self) -> list[np.ndarray]:
+        """What a region sends after a round: like `get_weights`, but the moments are only
+        those of what it saw since `set_weights`, for the server to pool (never twice)."""
+        arrays = self.get_weights()[: len(self.params)]
+        return [*arrays, *self.norm.fresh.arrays(), *self.return_norm.fresh.arrays()]
 
     def set_weights(self, weights: list[np.ndarray]) -> None:
+        """Adopt global weights and pooled moments (the layout of `get_weights`)."""
         expected = self.get_weights()
         if len(weights) != len(expected):
             raise ValueError(f"expected {len(expected)} weight arrays, got {len(weights)}")
@@ -253,12 +297,13 @@ class PPOLearner:
         with torch.no_grad():
             for p, new in zip(self.params, weights[: len(self.params)], strict=True):
                 p.copy_(torch.from_numpy(np.asarray(new, dtype=np.float32)))
-        self.norm.mean = np.asarray(weights[-2], dtype=np.float64).copy()
-        self.norm.var = np.asarray(weights[-1], dtype=np.float64).copy()
+        stats = weights[len(self.params) :]
+        self.norm.start_from(Moments.from_arrays(stats[:MOMENT_ARRAYS]))
+        self.return_norm.start_from(Moments.from_arrays(stats[MOMENT_ARRAYS:]))
 
     def policy(self, name: str = "ppo") -> GreedyPolicy:
         actor = copy.deepcopy(self.model.actor).requires_grad_(False)
-        return GreedyPolicy(name, actor, self.norm.mean, self.norm.var)
+        return GreedyPolicy(name, actor, self.norm)
 
     # --- training ---------------------------------------------------------------------
 
@@ -269,6 +314,8 @@ class PPOLearner:
             raise ValueError(f"proximal_mu must be >= 0, got {proximal_mu}")
         start = time.perf_counter()
         anchor = [p.detach().clone() for p in self.params]
+        if self.norm.total.count == 0:  # the learner's very first observation
+            self.norm.update(self.obs)
         job_sums = np.zeros(len(TRAIN_METRICS))
         losses = {name: 0.0 for name in LOSS_METRICS}
         updates = 0
@@ -370,7 +417,7 @@ class PPOLearner:
         """Reward / running std of the discounted return (gym's NormalizeReward)."""
         self.discounted = self.discounted * self.ppo.gamma + reward
         self.return_norm.update(self.discounted[:, None])
-        return reward / np.sqrt(self.return_norm.var[0] + 1e-8)
+        return reward / np.sqrt(self.return_norm.total.var[0] + 1e-8)
 
     def _update(
         self, rollout: dict[str, torch.Tensor], anchor: list[torch.Tensor], proximal_mu: float
@@ -407,12 +454,7 @@ class PPOLearner:
             if moments:
                 for key in ("step", "exp_avg", "exp_avg_sq"):
                     state[f"adam.{i}.{key}"] = moments[key].numpy().copy()
-        state["norm.mean"] = self.norm.mean.copy()
-        state["norm.var"] = self.norm.var.copy()
-        state["norm.count"] = np.array(self.norm.count)
-        state["return_norm.mean"] = self.return_norm.mean.copy()
-        state["return_norm.var"] = self.return_norm.var.copy()
-        state["return_norm.count"] = np.array(self.return_norm.count)
+        state |= self.norm.state("norm") | self.return_norm.state("return_norm")
         state["discounted"] = self.discounted.copy()
         state["episodes"] = self.episodes.copy()
         state["elapsed"] = self.elapsed.copy()
@@ -442,12 +484,8 @@ class PPOLearner:
                     key: torch.from_numpy(np.array(state[f"adam.{i}.{key}"]))
                     for key in ("step", "exp_avg", "exp_avg_sq")
                 }
-        self.norm.mean = np.array(state["norm.mean"], dtype=np.float64)
-        self.norm.var = np.array(state["norm.var"], dtype=np.float64)
-        self.norm.count = float(state["norm.count"])
-        self.return_norm.mean = np.array(state["return_norm.mean"], dtype=np.float64)
-        self.return_norm.var = np.array(state["return_norm.var"], dtype=np.float64)
-        self.return_norm.count = float(state["return_norm.count"])
+        self.norm.load("norm", state)
+        self.return_norm.load("return_norm", state)
         self.discounted = np.array(state["discounted"], dtype=np.float64)
         self.episodes = np.array(state["episodes"], dtype=np.int64)
         self.elapsed = np.array(state["elapsed"], dtype=np.int64)

@@ -1,0 +1,78 @@
+"""Running means and variances that can be pooled exactly across regions.
+
+A learner normalises its observations and scales its rewards by running statistics. In a
+federation those statistics must mean the same thing in every region, or the averaged
+network would read its inputs (and its critic its targets) in different units. Averaging
+the regions' means and variances as plain arrays is wrong: it drops the spread *between*
+regions. A feature that is constant inside each region but differs between them (a region
+flag, a region-specific queue level) has a local variance near 0 and a pooled variance
+that is not. So statistics travel as `Moments` (count, mean, variance) and are combined
+with the parallel formula of Chan, Golub and LeVeque (1979), whose between-group term
+restores that spread: pooling gives exactly the moments of the concatenated data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+MOMENT_ARRAYS = 3
+"""Arrays of one `Moments` on the wire: count, mean, var."""
+
+
+@dataclass(frozen=True)
+class Moments:
+    """Count, mean and (population) variance of a stream of feature vectors, in float64."""
+
+    count: float
+    mean: np.ndarray
+    var: np.ndarray
+
+    @classmethod
+    def empty(cls, dim: int) -> Moments:
+        """No data yet: pooling with it changes nothing (mean 0, variance 1 until data)."""
+        return cls(0.0, np.zeros(dim), np.ones(dim))
+
+    @classmethod
+    def of(cls, batch: np.ndarray) -> Moments:
+        """The moments of a [n, dim] batch."""
+        batch = np.asarray(batch, dtype=np.float64)
+        return cls(float(batch.shape[0]), batch.mean(axis=0), batch.var(axis=0))
+
+    def merge(self, other: Moments) -> Moments:
+        """The moments of both streams together (the between-stream term included)."""
+        if other.count == 0:
+            return self
+        if self.count == 0:
+            return other
+        total = self.count + other.count
+        delta = other.mean - self.mean
+        mean = self.mean + delta * (other.count / total)
+        m2 = (
+            self.var * self.count
+            + other.var * other.count
+            + delta**2 * (self.count * other.count / total)
+        )
+        return Moments(total, mean, m2 / total)
+
+    def arrays(self) -> list[np.ndarray]:
+        """`[count (1,), mean (dim,), var (dim,)]`, float64: the form that travels."""
+        return [np.array([self.count]), self.mean.copy(), self.var.copy()]
+
+    @classmethod
+    def from_arrays(cls, arrays: Sequence[np.ndarray]) -> Moments:
+        """Inverse of `arrays()`."""
+        count, mean, var = (np.asarray(a, dtype=np.float64) for a in arrays)
+        return cls(float(count.reshape(-1)[0]), mean.copy(), var.copy())
+
+
+def pool(parts: Sequence[Moments]) -> Moments:
+    """All parts together, merged in the order given (float sums depend on order)."""
+    if not parts:
+        raise ValueError("nothing to pool")
+    total = parts[0]
+    for part in parts[1:]:
+        total = total.merge(part)
+    return total
