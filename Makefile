@@ -1,19 +1,30 @@
-# Every target creates .venv itself on first use (torch's CPU build is installed first,
-# pinned, so that nothing pulls a CUDA build).
+# Every target creates .venv itself on first use, from the lock file: exact versions of
+# everything, torch's CPU build first from PyTorch's CPU wheel index (so that nothing can
+# pull a CUDA build), then the project itself without resolving anything again.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+LOCK := requirements.lock
+TORCH := torch==2.13.0+cpu
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 CONFIG ?= conf/small_demo.yaml
 
-.PHONY: setup demo test lint baselines train plots bench clean
+.PHONY: setup lock demo test lint baselines train plots bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/pip install --quiet pip==26.3
+	$(BIN)/pip install --quiet --extra-index-url $(TORCH_INDEX) $(TORCH)
+	$(BIN)/pip install --quiet -r $(LOCK)
+	$(BIN)/pip install --quiet --no-deps -e .
 	touch $(STAMP)
+
+# After changing dependencies in pyproject.toml: resolve them afresh and pin the result.
+lock: setup
+	$(BIN)/pip install --quiet -e ".[dev,bench]"
+	{ sed -n '1,3p' $(LOCK); $(BIN)/pip freeze --exclude-editable | grep -v '^#'; } > $(LOCK).new
+	mv $(LOCK).new $(LOCK)
 
 setup: $(STAMP)
 
@@ -37,7 +48,6 @@ test: setup
 	$(BIN)/pytest -q
 
 bench: setup
-	$(BIN)/pip install --quiet -e ".[dev,bench]"
 	$(BIN)/python bench/bench_sim.py
 	$(BIN)/python bench/bench_ppo.py
 	$(BIN)/python bench/bench_federation.py
