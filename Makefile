@@ -15,7 +15,7 @@ CONFIG ?= conf/small_demo.yaml
 $(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet pip==26.3
-	$(BIN)/pip install --quiet --extra-index-url $(TORCH_INDEX) $(TORCH)
+	$(BIN)/pip install --quiet --no-deps --extra-index-url $(TORCH_INDEX) $(TORCH)
 	$(BIN)/pip install --quiet -r $(LOCK)
 	$(BIN)/pip install --quiet --no-deps -e .
 	touch $(STAMP)
