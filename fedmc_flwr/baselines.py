@@ -1,7 +1,10 @@
 """`fedmc baselines`: every classic dispatcher on every region's held-out seeds.
 
-The rows go to `results/<experiment>/baselines.csv` with the columns of metrics.csv, so
-the learners' evaluation rows and these compare in one table or plot.
+The rows go to `results/<experiment>-baselines/baselines.csv` with the columns of
+metrics.csv, so the learners' evaluation rows and these compare in one table or plot, and
+every held-out world's values to `per_seed.csv` beside it (round 0), for paired
+comparisons (`fedmc report`). The `-baselines` suffix keeps them from overwriting the
+federated run's files in `results/<experiment>/`.
 """
 
 from __future__ import annotations
@@ -14,9 +17,9 @@ import numpy as np
 from tqdm import tqdm
 
 from fedmc_flwr.config import ExperimentConfig
-from fedmc_flwr.evaluation import EvalResult, evaluate, mean_over_regions
+from fedmc_flwr.evaluation import EvalResult, evaluate, mean_over_regions, per_seed_rows
 from fedmc_flwr.policies.heuristics import DISPATCHERS
-from fedmc_flwr.results import COLUMNS, MetricsWriter, experiment_dir
+from fedmc_flwr.results import COLUMNS, MetricsWriter, experiment_dir, per_seed_writer
 from fedmc_flwr.sim.signals import region_catalogue
 
 _AVERAGED = (
@@ -110,13 +113,17 @@ def format_table(rows: list[dict]) -> str:
 
 
 def run_baselines(cfg: ExperimentConfig) -> Path:
-    """Evaluate every dispatcher, print the table, write `baselines.csv`; return its path."""
+    """Evaluate every dispatcher, print the table, write `baselines.csv` and `per_seed.csv`;
+    return baselines.csv's path."""
     results = evaluate_dispatchers(cfg)
     names = [region.name for region in region_catalogue(cfg.world.regions)]
     rows = summary_rows(results, names)
-    path = experiment_dir(cfg.results_dir, cfg.name) / "baselines.csv"
+    out = experiment_dir(cfg.results_dir, f"{cfg.name}-baselines")
+    path = out / "baselines.csv"
     writer = MetricsWriter(path, columns=COLUMNS)
     writer.write({"experiment": cfg.name, "round": 0, "phase": "eval", **row} for row in rows)
+    key = {"experiment": cfg.name, "train_seed": cfg.seed, "round": 0, "train_steps": 0}
+    per_seed_writer(out).write(per_seed_rows(results, names, **key))
     print(format_table(rows))
     print(f"wrote {path}")
     return path

@@ -55,6 +55,42 @@ TIMING_COLUMNS: tuple[str, ...] = (
 )
 """Column order of timing.csv (machine-dependent, so kept out of metrics.csv)."""
 
+PER_SEED_COLUMNS: tuple[str, ...] = (
+    "experiment",
+    "train_seed",
+    "round",
+    "split",
+    "client",
+    "policy",
+    "eval_seed",
+    "start_phase",
+    "train_steps",
+    "jobs",
+    "reward",
+    "latency_ms",
+    "latency_p95_ms",
+    "slo_violation",
+    "cost_usd",
+    "carbon_g",
+    "energy_kwh",
+)
+"""Column order of per_seed.csv: one row per (experiment, train_seed, round, split, client,
+policy, eval_seed), the held-out values of one world, so any two policies can be compared
+paired per evaluation seed afterwards (`fedmc report`). `train_seed` is the experiment's
+`seed`; `round` 0 holds the dispatchers (they do not train, so they are written once);
+`train_steps` is how many environment steps the policy was trained on so far, summed over
+its learners (0 for a dispatcher), which makes matched budgets visible; `jobs` is the
+number of jobs per held-out world; the metrics are means per job of that world, and
+`latency_p95_ms` is the 95th percentile over its jobs."""
+
+PER_SEED_KEY: tuple[str, ...] = PER_SEED_COLUMNS[:7]
+"""The columns that identify a per_seed.csv row."""
+
+PER_SEED_VALUES: tuple[str, ...] = PER_SEED_COLUMNS[10:]
+"""The per-seed values of a per_seed.csv row (reward first)."""
+
+PER_SEED_FILE = "per_seed.csv"
+
 PHASES = ("train", "eval")
 
 
@@ -94,8 +130,30 @@ class MetricsWriter:
             unknown = set(row) - set(self.columns)
             if unknown:
                 raise KeyError(f"unknown metrics columns: {sorted(unknown)}")
-            if row.get("phase") not in PHASES:
+            if "phase" in self.columns and row.get("phase") not in PHASES:
                 raise ValueError(f"phase must be one of {PHASES}, got {row.get('phase')!r}")
             lines.append([_cell(row.get(column)) for column in self.columns])
         with self.path.open("a", newline="") as handle:
             csv.writer(handle).writerows(lines)
+
+
+def per_seed_writer(out_dir: str | Path) -> MetricsWriter:
+    """A fresh `per_seed.csv` in `out_dir`."""
+    return MetricsWriter(Path(out_dir) / PER_SEED_FILE, columns=PER_SEED_COLUMNS)
+
+
+def read_per_seed(path: str | Path) -> Any:
+    """A per_seed.csv as a pandas DataFrame (eval_seed as an unsigned 64-bit integer).
+
+    FileNotFoundError when there is no file, ValueError when it lacks a column.
+    """
+    import pandas as pd
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    frame = pd.read_csv(path, dtype={"eval_seed": "uint64", "split": str, "client": str})
+    missing = [column for column in PER_SEED_COLUMNS if column not in frame.columns]
+    if missing:
+        raise ValueError(f"{path}: not a per_seed.csv (no columns {missing})")
+    return frame

@@ -3,32 +3,52 @@
 `centralised` trains one learner on the pooled workloads of every region (its envs are
 spread over the ingress regions); `local` trains one learner per region on that region's
 workload alone, with no aggregation. After every round each learner is judged on every
-region's held-out seeds next to the classic dispatchers (evaluated once, their rows
-repeated each round so every round of metrics.csv is a complete comparison). Results go
-to `results/<experiment>-<mode>/` so they never overwrite the federated run's.
+region's held-out seeds next to the classic dispatchers (evaluated once, their metrics.csv
+rows repeated each round so every round of metrics.csv is a complete comparison, their
+per_seed.csv rows written once as round 0). Results go to `results/<experiment>-<mode>/`
+so they never overwrite the federated run's.
+
+Budgets are matched: the federation and `local` run one learner of `ppo.num_envs` envs
+per region, so the centralised learner (`ppo.num_envs` envs over all regions) takes
+`train.steps_per_round * regions` steps per env and round. With the same envs and
+hyperparameters it then sees the same environment steps and makes the same number of
+gradient updates as the regions together, and its learning rate anneals over its own
+planned steps. The steps each policy was trained on so far are in the `steps` column of
+the train rows and the `train_steps` column of per_seed.csv.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
 from fedmc_flwr.baselines import evaluate_dispatchers, format_table, summary_rows
 from fedmc_flwr.config import ExperimentConfig, to_yaml
-from fedmc_flwr.evaluation import EvalResult, evaluate
+from fedmc_flwr.evaluation import EvalResult, evaluate, per_seed_rows
 from fedmc_flwr.policies.ppo import ROUND_METRICS, PPOLearner
-from fedmc_flwr.results import TIMING_COLUMNS, MetricsWriter, experiment_dir
+from fedmc_flwr.results import TIMING_COLUMNS, MetricsWriter, experiment_dir, per_seed_writer
 from fedmc_flwr.seeds import learner_seed
 from fedmc_flwr.sim.signals import region_catalogue
 
 MODES = ("centralised", "local")
 
 
+def matched_config(cfg: ExperimentConfig, mode: str) -> ExperimentConfig:
+    """The config a learner of `mode` trains with: for `centralised`, `steps_per_round`
+    scaled by the number of regions (one learner doing the work of one per region), so its
+    environment steps, gradient updates and learning-rate schedule match the federation's."""
+    if mode != "centralised":
+        return cfg
+    steps = cfg.train.steps_per_round * cfg.world.regions
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, steps_per_round=steps))
+
+
 def _learners(cfg: ExperimentConfig, mode: str) -> dict[str, PPOLearner]:
     """Learners keyed by the metrics.csv client they train for ('all' or a region name)."""
     regions = list(range(cfg.world.regions))
     if mode == "centralised":
-        return {"all": PPOLearner(cfg, regions, learner_seed(cfg.seed))}
+        return {"all": PPOLearner(matched_config(cfg, mode), regions, learner_seed(cfg.seed))}
     names = [region.name for region in region_catalogue(cfg.world.regions)]
     return {names[r]: PPOLearner(cfg, [r], learner_seed(cfg.seed, r)) for r in regions}
 
@@ -54,24 +74,31 @@ def train(cfg: ExperimentConfig, mode: str) -> Path:
     (out / "config.yaml").write_text(to_yaml(cfg))
     metrics = MetricsWriter(out / "metrics.csv")
     timing = MetricsWriter(out / "timing.csv", columns=TIMING_COLUMNS)
+    per_seed = per_seed_writer(out)
     region_names = [region.name for region in region_catalogue(cfg.world.regions)]
     key = {"experiment": cfg.name}
+    seed_key = {"experiment": cfg.name, "train_seed": cfg.seed}
 
     print(f"[{policy}] evaluating the dispatchers on held-out seeds")
-    dispatcher_rows = summary_rows(evaluate_dispatchers(cfg), region_names)
+    dispatchers = evaluate_dispatchers(cfg)
+    dispatcher_rows = summary_rows(dispatchers, region_names)
+    per_seed.write(per_seed_rows(dispatchers, region_names, **seed_key, round=0, train_steps=0))
     learners = _learners(cfg, mode)
+    steps_per_env = matched_config(cfg, mode).train.steps_per_round
     print(
         f"[{policy}] {len(learners)} learner(s) x {cfg.ppo.num_envs} envs, "
-        f"{cfg.train.rounds} rounds x {cfg.train.steps_per_round} steps per env"
+        f"{cfg.train.rounds} rounds x {steps_per_env} steps per env"
     )
     learner_rows: list[dict] = []
+    train_steps = 0
     for rnd in range(1, cfg.train.rounds + 1):
         for client, learner in learners.items():
             start = time.perf_counter()
-            stats = learner.train_round(cfg.train.steps_per_round)
+            stats = learner.train_round(steps_per_env)
             wall = time.perf_counter() - start
             row = {**key, "round": rnd, "phase": "train", "client": client, "policy": policy}
             steps = int(stats["env_steps"])
+            train_steps += steps
             metrics.write([{**row, "steps": steps, **{k: stats[k] for k in ROUND_METRICS}}])
             timing.write(
                 [
@@ -89,8 +116,12 @@ def train(cfg: ExperimentConfig, mode: str) -> Path:
                 f"SPS {stats['steps_per_second']:,.0f}"
             )
         start = time.perf_counter()
-        learner_rows = summary_rows(_evaluate_learners(cfg, learners, policy), region_names)
+        evaluated = _evaluate_learners(cfg, learners, policy)
         wall = time.perf_counter() - start
+        learner_rows = summary_rows(evaluated, region_names)
+        per_seed.write(
+            per_seed_rows(evaluated, region_names, **seed_key, round=rnd, train_steps=train_steps)
+        )
         eval_key = {**key, "round": rnd, "phase": "eval"}
         metrics.write({**eval_key, **row} for row in [*dispatcher_rows, *learner_rows])
         overall = next(row for row in learner_rows if row["client"] == "all")

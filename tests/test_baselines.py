@@ -12,7 +12,8 @@ import pytest
 from fedmc_flwr.baselines import evaluate_dispatchers, format_table, run_baselines, summary_rows
 from fedmc_flwr.config import ExperimentConfig
 from fedmc_flwr.policies.heuristics import DISPATCHERS, ORACLES
-from fedmc_flwr.results import COLUMNS
+from fedmc_flwr.results import COLUMNS, PER_SEED_COLUMNS, read_per_seed
+from fedmc_flwr.seeds import heldout_seeds
 
 
 def _tiny(cfg: ExperimentConfig, tmp_path: Path) -> ExperimentConfig:
@@ -47,7 +48,7 @@ def test_run_baselines_writes_the_csv_and_prints_the_table(
     small_demo: ExperimentConfig, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = run_baselines(_tiny(small_demo, tmp_path))
-    assert path == tmp_path.resolve() / "small_demo" / "baselines.csv"
+    assert path == tmp_path.resolve() / "small_demo-baselines" / "baselines.csv"
     with path.open() as handle:
         rows = list(csv.DictReader(handle))
     assert tuple(rows[0]) == COLUMNS
@@ -57,6 +58,19 @@ def test_run_baselines_writes_the_csv_and_prints_the_table(
     }
     out = capsys.readouterr().out
     assert all(name in out for name in DISPATCHERS)
+
+    per_seed = read_per_seed(path.parent / "per_seed.csv")
+    assert tuple(per_seed.columns) == PER_SEED_COLUMNS
+    assert len(per_seed) == len(DISPATCHERS) * 3 * 2  # dispatchers x regions x eval seeds
+    assert set(per_seed["round"]) == {0} and set(per_seed["train_steps"]) == {0}
+    assert set(per_seed["split"]) == {"test"} and set(per_seed["jobs"]) == {150}
+    expected_seeds = [int(s) for r in range(3) for s in heldout_seeds("test", r, 2)]
+    for policy, group in per_seed.groupby("policy"):
+        assert [int(s) for s in group["eval_seed"]] == expected_seeds
+        for row in rows:
+            if row["policy"] == policy and row["client"] != "all":
+                mine = group[group["client"] == row["client"]]
+                assert mine["reward"].mean() == pytest.approx(float(row["reward"]), rel=1e-12)
 
 
 def test_objectives_conflict_in_small_demo(small_demo: ExperimentConfig) -> None:

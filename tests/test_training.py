@@ -10,8 +10,8 @@ from fedmc_flwr.cli import main
 from fedmc_flwr.config import ExperimentConfig, load_config
 from fedmc_flwr.policies.heuristics import DISPATCHERS
 from fedmc_flwr.policies.ppo import PPOLearner
-from fedmc_flwr.results import COLUMNS, TIMING_COLUMNS
-from fedmc_flwr.training import train
+from fedmc_flwr.results import COLUMNS, PER_SEED_COLUMNS, TIMING_COLUMNS, read_per_seed
+from fedmc_flwr.training import _learners, matched_config, train
 
 TINY = [
     "world.regions=2",
@@ -64,7 +64,53 @@ def test_train_writes_the_tidy_rows_and_checkpoints(tmp_path, mode: str) -> None
         assert checkpoints == ["ppo-local-europe-west9.npz", "ppo-local-us-east1.npz"]
     learner = PPOLearner(tiny(tmp_path), [0, 1], seed=123)
     learner.load(path.parent / "checkpoints" / checkpoints[0])
-    assert learner.global_step == 2 * 32 * 4
+    # Matched budgets: the centralised learner does the steps of the two regions' learners.
+    assert learner.global_step == 2 * 32 * 4 * (2 if mode == "centralised" else 1)
+
+    per_seed = read_per_seed(path.parent / "per_seed.csv")
+    assert tuple(per_seed.columns) == PER_SEED_COLUMNS
+    dispatchers = per_seed[per_seed["round"] == 0]
+    assert set(dispatchers["policy"]) == set(DISPATCHERS)
+    assert len(dispatchers) == len(DISPATCHERS) * 2 * 2 and set(dispatchers["train_steps"]) == {0}
+    for rnd in (1, 2):
+        mine = per_seed[per_seed["round"] == rnd]
+        assert set(mine["policy"]) == {policy} and len(mine) == 2 * 2
+        assert set(mine["train_steps"]) == {rnd * 2 * 32 * 4}  # both regions' worth
+        evals = {r["client"]: r for r in rows if r["round"] == str(rnd) and r["policy"] == policy}
+        for client, group in mine.groupby("client"):
+            assert group["reward"].mean() == pytest.approx(float(evals[client]["reward"]))
+    assert set(per_seed["train_seed"]) == {0} and set(per_seed["experiment"]) == {"tiny"}
+
+
+def test_budgets_are_matched(tmp_path) -> None:
+    """Centralised PPO takes as many env steps and gradient updates per round as the
+    regions' learners together, and its learning rate anneals over its own plan."""
+    cfg = tiny(tmp_path)
+    matched = matched_config(cfg, "centralised")
+    assert matched.train.steps_per_round == 2 * cfg.train.steps_per_round
+    assert matched.ppo == cfg.ppo and matched.world == cfg.world
+    assert cfg.train.steps_per_round == 32  # the caller's config is left alone
+    central = _learners(cfg, "centralised")["all"]
+    local = _learners(cfg, "local")
+    central_stats, local_stats = [], []
+    for _ in range(cfg.train.rounds):
+        central_stats.append(central.train_round(matched.train.steps_per_round))
+        local_stats.append([lrn.train_round(cfg.train.steps_per_round) for lrn in local.values()])
+    central_steps = sum(s["env_steps"] for s in central_stats)
+    assert central_steps == sum(s["env_steps"] for round_ in local_stats for s in round_)
+    central_updates = central.optimizer.state[central.params[0]]["step"]
+    local_updates = sum(lrn.optimizer.state[lrn.params[0]]["step"] for lrn in local.values())
+    assert int(central_updates) == int(local_updates)
+    # Linear decay over each learner's own planned steps per env (rounds x steps_per_round):
+    # the last rollout (16 steps) starts 16 steps before the end of the plan. Planned on the
+    # unscaled budget, the centralised learner would train its second half at step size 0.
+    lr, rollout = cfg.ppo.learning_rate, cfg.ppo.rollout_steps
+    planned = {"central": 2 * matched.train.steps_per_round, "local": 2 * cfg.train.steps_per_round}
+    assert central.optimizer.param_groups[0]["lr"] == pytest.approx(
+        lr * rollout / planned["central"]
+    )
+    for lrn in local.values():
+        assert lrn.optimizer.param_groups[0]["lr"] == pytest.approx(lr * rollout / planned["local"])
 
 
 def test_same_config_same_metrics_bit_for_bit(tmp_path) -> None:
@@ -80,5 +126,6 @@ def test_cli_train_and_bad_mode(tmp_path, capsys) -> None:
     out = capsys.readouterr().out
     assert "round 1/1" in out and "SPS" in out and "ppo-local" in out
     assert (tmp_path / "small_demo-local" / "metrics.csv").is_file()
+    assert (tmp_path / "small_demo-local" / "per_seed.csv").is_file()
     with pytest.raises(ValueError, match="unknown training mode"):
         train(tiny(tmp_path), "federated")

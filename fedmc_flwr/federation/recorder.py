@@ -1,9 +1,13 @@
-"""What the server keeps of each round: metrics.csv and timing.csv rows, and a checkpoint.
+"""What the server keeps of each round: metrics.csv, per_seed.csv and timing.csv rows,
+and a checkpoint.
 
 Rows are written the moment a round's training or evaluation is aggregated, so a run
 that dies keeps every finished round. The dispatchers are evaluated once, on the same
-held-out seeds the regions evaluate the global policy on, and their rows are repeated in
-every round so that each round's rows compare like with like on their own.
+held-out seeds the regions evaluate the global policy on; their metrics.csv rows are
+repeated in every round so that each round's rows compare like with like on their own,
+while their per_seed.csv rows are written once, as round 0 (they do not train, so every
+round's values would be the same). The global policy's per-seed rows are written every
+round, with the environment steps trained on so far, summed over the regions.
 """
 
 from __future__ import annotations
@@ -16,10 +20,10 @@ import numpy as np
 
 from fedmc_flwr.baselines import evaluate_dispatchers, summary_rows
 from fedmc_flwr.config import ExperimentConfig
-from fedmc_flwr.evaluation import EvalResult
+from fedmc_flwr.evaluation import EvalResult, per_seed_rows
 from fedmc_flwr.federation.strategy import RegionUpdate, Weights, policy_name
 from fedmc_flwr.policies.ppo import ROUND_METRICS
-from fedmc_flwr.results import TIMING_COLUMNS, MetricsWriter
+from fedmc_flwr.results import TIMING_COLUMNS, MetricsWriter, per_seed_writer
 
 
 def checkpoint(path: Path, weights: Sequence[np.ndarray]) -> None:
@@ -41,16 +45,30 @@ def _train_mean(updates: Sequence[RegionUpdate]) -> dict[str, float]:
 
 
 class RunRecorder:
-    """metrics.csv, timing.csv and checkpoints of one federated run, in `out_dir`."""
+    """metrics.csv, per_seed.csv, timing.csv and checkpoints of one federated run, in
+    `out_dir`."""
 
     def __init__(self, cfg: ExperimentConfig, out_dir: Path, region_names: list[str]) -> None:
         self.cfg = cfg
         self.out_dir = out_dir
         self.region_names = region_names
         self.policy = policy_name(cfg.federation)
-        self.dispatcher_rows = summary_rows(evaluate_dispatchers(cfg, progress=False), region_names)
+        dispatchers = evaluate_dispatchers(cfg, progress=False)
+        self.dispatcher_rows = summary_rows(dispatchers, region_names)
         self.metrics = MetricsWriter(out_dir / "metrics.csv")
         self.timing = MetricsWriter(out_dir / "timing.csv", columns=TIMING_COLUMNS)
+        self.per_seed = per_seed_writer(out_dir)
+        self.per_seed.write(per_seed_rows(dispatchers, region_names, **self._seed_key(0, 0)))
+        self.train_steps = 0
+        """Environment steps the global policy was trained on so far, over all regions."""
+
+    def _seed_key(self, server_round: int, train_steps: int) -> dict[str, object]:
+        return {
+            "experiment": self.cfg.name,
+            "train_seed": self.cfg.seed,
+            "round": server_round,
+            "train_steps": train_steps,
+        }
 
     def _keyed(self, server_round: int, phase: str, row: Mapping[str, object]) -> dict:
         return {"experiment": self.cfg.name, "round": server_round, "phase": phase, **row}
@@ -75,6 +93,7 @@ class RunRecorder:
                 }
             )
         total = sum(u.num_examples for u in updates)
+        self.train_steps += total
         rows.append(
             {"client": "all", "policy": self.policy, "steps": total, **_train_mean(updates)}
         )
@@ -94,6 +113,8 @@ class RunRecorder:
     def on_evaluate(self, server_round: int, results: list[EvalResult], wall_s: float) -> None:
         rows = summary_rows(results, self.region_names) + self.dispatcher_rows
         self.metrics.write(self._keyed(server_round, "eval", r) for r in rows)
+        key = self._seed_key(server_round, self.train_steps)
+        self.per_seed.write(per_seed_rows(results, self.region_names, **key))
         steps = sum(r.steps * r.seeds for r in results)
         self.timing.write(
             [

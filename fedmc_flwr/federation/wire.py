@@ -2,8 +2,9 @@
 
 One virtual client may serve several regions (fewer clients than regions), so every value
 is keyed `<region>/<name>` and the key `regions` lists the regions the reply covers. An
-evaluation travels whole: its per-seed rewards as raw float64 bytes, so the server pools
-them for confidence intervals exactly as a local evaluation would.
+evaluation travels whole: its per-seed values (every metric, the seeds and their start
+phases) as raw little-endian bytes, so the server pools them for confidence intervals and
+writes per_seed.csv exactly as a local evaluation would.
 """
 
 from __future__ import annotations
@@ -51,13 +52,28 @@ def unpack(metrics: Mapping[str, Scalar], region: int) -> dict[str, Scalar]:
     return {k[len(prefix) :]: v for k, v in metrics.items() if k.startswith(prefix)}
 
 
+def _bytes(values: np.ndarray, dtype: str) -> bytes:
+    return np.asarray(values, dtype=dtype).tobytes()
+
+
+def _array(raw: Scalar, dtype: str) -> np.ndarray:
+    if not isinstance(raw, bytes):
+        raise TypeError(f"expected raw bytes, got {type(raw).__name__}")
+    return np.frombuffer(raw, dtype=dtype).copy()
+
+
 def eval_metrics(result: EvalResult) -> dict[str, Scalar]:
-    """An evaluation as scalars (unprefixed; `pack` adds the region)."""
+    """An evaluation as scalars (unprefixed; `pack` adds the region). Per-seed arrays travel
+    as raw little-endian bytes (float64; the seeds as uint64), bit for bit."""
     return {
         "policy": result.policy,
         "seeds": result.seeds,
         "steps": result.steps,
-        "per_seed_reward": np.asarray(result.per_seed_reward, dtype="<f8").tobytes(),
+        "split": result.split,
+        "per_seed_reward": _bytes(result.per_seed_reward, "<f8"),
+        "eval_seeds": _bytes(result.eval_seeds, "<u8"),
+        "start_phases": _bytes(result.start_phases, "<f8"),
+        **{f"per_seed.{name}": _bytes(v, "<f8") for name, v in result.per_seed.items()},
         "latency_p95_ms": result.latency_p95_ms,
         **{f"mean.{name}": result.means[name] for name in METRIC_NAMES},
     }
@@ -67,14 +83,29 @@ def eval_result(metrics: Mapping[str, Scalar], region: int) -> EvalResult:
     """Inverse of `pack(region, eval_metrics(result))`."""
     values = unpack(metrics, region)
     try:
-        return EvalResult(
+        seeds = int(values["seeds"])
+        result = EvalResult(
             policy=str(values["policy"]),
             region=region,
-            seeds=int(values["seeds"]),
+            seeds=seeds,
             steps=int(values["steps"]),
-            per_seed_reward=np.frombuffer(values["per_seed_reward"], dtype="<f8").copy(),  # type: ignore[arg-type]
+            per_seed_reward=_array(values["per_seed_reward"], "<f8"),
             means={name: float(values[f"mean.{name}"]) for name in METRIC_NAMES},
             latency_p95_ms=float(values["latency_p95_ms"]),
+            split=str(values["split"]),
+            eval_seeds=_array(values["eval_seeds"], "<u8"),
+            start_phases=_array(values["start_phases"], "<f8"),
+            per_seed={
+                key[len("per_seed.") :]: _array(value, "<f8")
+                for key, value in values.items()
+                if key.startswith("per_seed.")
+            },
         )
     except KeyError as exc:
         raise ValueError(f"region {region}'s evaluation lacks {exc.args[0]!r}") from None
+    except TypeError as exc:
+        raise ValueError(f"region {region}'s evaluation is malformed: {exc}") from None
+    arrays = [result.per_seed_reward, *result.per_seed.values()]
+    if any(len(a) != seeds for a in arrays):
+        raise ValueError(f"region {region}'s evaluation: per-seed arrays are not {seeds} long")
+    return result
