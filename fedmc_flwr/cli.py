@@ -42,6 +42,31 @@ def _parser() -> argparse.ArgumentParser:
     plot = sub.add_parser("plot", help="draw the plots of a metrics.csv")
     plot.add_argument("metrics", type=Path, help="path to a metrics.csv")
     plot.add_argument("--out", type=Path, default=None, help="folder for the PNGs")
+    plot.add_argument(
+        "--baseline",
+        dest="baselines",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="dispatcher to plot the paired difference against (repeatable; "
+        "default: sed and two-tier)",
+    )
+    report = sub.add_parser(
+        "report", help="paired comparison of the policies of one or more results directories"
+    )
+    report.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="holds per_seed.csv")
+    report.add_argument(
+        "--baseline",
+        dest="baselines",
+        action="append",
+        required=True,
+        metavar="NAME",
+        help="policy every other is compared with, paired per eval seed (repeatable)",
+    )
+    report.add_argument(
+        "--round", default="last", help="learners' round: a number, or 'last' (default)"
+    )
+    report.add_argument("--markdown", action="store_true", help="print a Markdown table")
     return parser
 
 
@@ -71,8 +96,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "plot":
             from fedmc_flwr.plots import plot_metrics
 
-            for path in plot_metrics(args.metrics, args.out):
+            for path in plot_metrics(args.metrics, args.out, baselines=args.baselines):
                 print(path)
+        elif args.command == "report":
+            from fedmc_flwr.report import ReportError, parse_round, report
+
+            try:
+                print(report(args.dirs, args.baselines, parse_round(args.round), args.markdown))
+            except (ReportError, ValueError) as exc:
+                print(f"fedmc: report: {exc}", file=sys.stderr)
+                return 2
     except ConfigError as exc:
         print(f"fedmc: config error: {exc}", file=sys.stderr)
         return 2

@@ -61,3 +61,52 @@ def test_unplottable_files_are_clear_errors(tmp_path: Path) -> None:
     other.write_text("a,b\n1,2\n")
     with pytest.raises(ValueError, match=r"not a metrics\.csv"):
         plot_metrics(other)
+
+
+def test_paired_difference_plot_from_per_seed_csv(tmp_path: Path) -> None:
+    """Learner minus each baseline, per round, paired per held-out world (a hand check)."""
+    from fedmc_flwr.plots import paired_differences
+    from fedmc_flwr.results import per_seed_writer
+
+    def rows(policy: str, rnd: int, rewards: list[float]) -> list[dict]:
+        return [
+            {
+                "experiment": "demo",
+                "train_seed": 0,
+                "round": rnd,
+                "split": "test",
+                "client": client,
+                "policy": policy,
+                "eval_seed": 1000 * k + j,
+                "start_phase": 0.25 + 0.5 * j,
+                "train_steps": 10 * rnd,
+                "jobs": 5,
+                "reward": rewards[2 * k + j],
+            }
+            for k, client in enumerate(("a", "b"))
+            for j in range(2)
+        ]
+
+    csv_path = tmp_path / "metrics.csv"
+    MetricsWriter(csv_path).write(
+        [_row(rnd, "eval", "all", p, -0.5) for rnd in (1, 2) for p in ("ppo-fedavg", "sed")]
+    )
+    per_seed_writer(tmp_path).write(
+        rows("sed", 0, [-0.5, -0.7, -0.4, -0.6])
+        + rows("two-tier", 0, [-0.6, -0.8, -0.5, -0.6])
+        + rows("ppo-fedavg", 1, [-0.6, -0.9, -0.5, -0.7])
+        + rows("ppo-fedavg", 2, [-0.4, -0.6, -0.3, -0.55])
+    )
+    diffs = paired_differences(tmp_path / "per_seed.csv")
+    assert set(diffs) == {"sed", "two-tier"}
+    sed = diffs["sed"].set_index("round")
+    # round 2 - sed: region a [.1, .1], region b [.1, .05] -> mean over regions 0.0875
+    assert sed.loc[2, "mean"] == pytest.approx(0.0875)
+    assert sed.loc[1, "mean"] == pytest.approx(-0.125)  # a [-.1, -.2], b [-.1, -.1]
+    # region a has no spread, region b [.1, .05]: var .00125 / 2 per stratum, df 2
+    assert sed.loc[2, "half_width"] == pytest.approx(4.302652729911275 * (0.00125 / 2) ** 0.5 / 2)
+    paths = plot_metrics(csv_path, baselines=["sed", "two-tier"])
+    assert [p.name for p in paths] == ["reward.png", "latency.png", "paired.png"]
+    assert paths[-1].read_bytes().startswith(PNG)
+    with pytest.raises(ValueError, match="no baseline 'jsq'"):
+        plot_metrics(csv_path, baselines=["jsq"])

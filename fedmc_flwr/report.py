@@ -1,0 +1,388 @@
+"""`fedmc report`: every policy of one or more result directories, paired against baselines.
+
+Each directory holds a per_seed.csv (one run: one experiment and training seed, e.g.
+`results/small_demo-s0 ... -s4`, `results/ablation_shrink-s0 ...`). Learners are taken at
+one round (`--round N`, or the last round each run has). Dispatchers do not train, so
+they sit at round 0 with the same values in every directory (they do not depend on the
+training seed): they are kept once, and a directory whose dispatcher values differ from
+another's is an error (a different world cannot be pooled).
+
+Per policy, the table gives:
+
+- **train seeds**: how many training seeds (runs) the learner has; `-` for a dispatcher.
+- **reward ± 95% CI**: with two or more training seeds, the mean over training seeds of
+  each run's mean over regions, with a Student-t interval over training seeds (the
+  spread of the method); with one run, or for a dispatcher, the stratified interval over
+  evaluation seeds (the precision of that one trained policy), and the `CI over` column
+  says which.
+- latency mean and p95 (the mean over worlds of each world's 95th percentile), the
+  SLO-violation rate, cost and carbon per job: means over regions, then over runs.
+- **train steps**: the environment steps the policy was trained on (matched budgets).
+- **Δ vs B**: the paired difference A - B of rewards per evaluation seed, stratified over
+  regions; over training seeds when both sides give two or more (a dispatcher pairs with
+  every run of a learner; two learners pair by training seed), otherwise over evaluation
+  seeds. The verdict says whether the 95% interval lies above 0 ("better"), below 0
+  ("worse") or covers 0 ("no difference at 95%").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fedmc_flwr.evaluation import (
+    Estimate,
+    over_training_seeds,
+    paired_difference,
+    stratified_mean,
+)
+from fedmc_flwr.results import PER_SEED_FILE, PER_SEED_VALUES, read_per_seed
+
+FIXED = -1
+"""The training-seed key of a dispatcher's one run (it does not depend on the seed)."""
+WORLD = ["client", "eval_seed"]
+"""What identifies a held-out world inside one split."""
+POINT_METRICS = ("latency_ms", "latency_p95_ms", "slo_violation", "cost_usd", "carbon_g")
+
+
+class ReportError(Exception):
+    """Input the report cannot use; the message is one line for the user."""
+
+
+@dataclass
+class Run:
+    """One policy's per-seed values in one run, worlds in a fixed order."""
+
+    source: str
+    train_seed: int
+    round: int
+    train_steps: int
+    worlds: pd.MultiIndex
+    values: dict[str, list[np.ndarray]]
+    """metric -> per region (sorted by name) the per-seed values (sorted by eval seed)."""
+
+
+@dataclass
+class PolicySummary:
+    policy: str
+    runs: dict[int, Run]
+    reward: Estimate
+    over: str
+    """'training seeds' or 'eval seeds': what the reward interval is over."""
+    points: dict[str, float]
+    train_steps: float
+    versus: dict[str, tuple[Estimate, str] | None] = field(default_factory=dict)
+    """baseline -> (A - baseline, what its interval is over); None if it cannot be paired."""
+
+    @property
+    def learner(self) -> bool:
+        return FIXED not in self.runs
+
+
+# --- reading --------------------------------------------------------------------------
+
+
+def load(dirs: Sequence[str | Path]) -> pd.DataFrame:
+    """Every directory's per_seed.csv, with a `source` column naming the directory."""
+    if not dirs:
+        raise ReportError("no results directories given")
+    frames = []
+    for d in dirs:
+        path = Path(d)
+        if not path.is_dir():
+            raise ReportError(f"{path}: no such directory")
+        try:
+            frame = read_per_seed(path / PER_SEED_FILE)
+        except FileNotFoundError:
+            raise ReportError(f"{path}: no {PER_SEED_FILE} in it") from None
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise ReportError(f"{path / PER_SEED_FILE}: unreadable ({_line(exc)})") from None
+        if frame.empty:
+            raise ReportError(f"{path / PER_SEED_FILE}: no rows")
+        frames.append(frame.assign(source=str(path)))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _line(exc: Exception) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def _pick_round(group: pd.DataFrame, wanted: int | None, source: str, policy: str) -> int:
+    rounds = sorted(group["round"].unique())
+    if wanted is None:
+        return int(rounds[-1])
+    if wanted not in rounds:
+        raise ReportError(f"{source}: {policy} has no round {wanted} (rounds {rounds})")
+    return wanted
+
+
+def _run(rows: pd.DataFrame, train_seed: int, source: str) -> Run:
+    rows = rows.sort_values(WORLD)
+    if rows.duplicated(WORLD).any():
+        policy = rows["policy"].iloc[0]
+        raise ReportError(f"{source}: {policy} has one held-out world twice in one round")
+    regions = sorted(rows["client"].unique())
+    by_region = [rows[rows["client"] == r] for r in regions]
+    return Run(
+        source=source,
+        train_seed=train_seed,
+        round=int(rows["round"].iloc[0]),
+        train_steps=int(rows["train_steps"].max()),
+        worlds=pd.MultiIndex.from_frame(rows[WORLD]),
+        values={
+            m: [part[m].to_numpy(dtype=np.float64) for part in by_region] for m in PER_SEED_VALUES
+        },
+    )
+
+
+def _same(a: Run, b: Run) -> bool:
+    return a.worlds.equals(b.worlds) and all(
+        np.array_equal(np.concatenate(a.values[m]), np.concatenate(b.values[m]), equal_nan=True)
+        for m in PER_SEED_VALUES
+    )
+
+
+def collect(frame: pd.DataFrame, round_: int | None = None) -> dict[str, dict[int, Run]]:
+    """policy -> training seed (FIXED for a dispatcher) -> its run at the chosen round.
+
+    Runs that appear in several directories must be identical (then one is kept).
+    """
+    splits = sorted(frame["split"].unique())
+    if len(splits) != 1:
+        raise ReportError(f"the directories mix held-out splits {splits}; report one at a time")
+    policies: dict[str, dict[int, Run]] = {}
+    for (source, policy), group in frame.groupby(["source", "policy"], sort=False):
+        fixed = bool((group["round"] == 0).all())
+        if not fixed and (group["round"] == 0).any():
+            raise ReportError(f"{source}: {policy} has round 0 rows and trained rounds")
+        seeds = [FIXED] if fixed else sorted(int(s) for s in group["train_seed"].unique())
+        for seed in seeds:
+            mine = group if fixed else group[group["train_seed"] == seed]
+            chosen = 0 if fixed else _pick_round(mine, round_, source, policy)
+            run = _run(mine[mine["round"] == chosen], seed, source)
+            runs = policies.setdefault(policy, {})
+            what = policy if fixed else f"{policy} (training seed {seed})"
+            if seed in runs and not runs[seed].worlds.equals(run.worlds):
+                raise ReportError(
+                    f"mismatched eval seeds: {what} was judged on other held-out worlds in "
+                    f"{runs[seed].source} than in {source}"
+                )
+            if seed in runs and not _same(runs[seed], run):
+                raise ReportError(
+                    f"{what} differs between {runs[seed].source} and {source}: "
+                    "not the same world or evaluation"
+                )
+            runs.setdefault(seed, run)
+    reference: Run | None = None
+    for policy, runs in policies.items():
+        for run in runs.values():
+            if reference is None:
+                reference = run
+            elif not run.worlds.equals(reference.worlds):
+                raise ReportError(
+                    f"mismatched eval seeds: {policy} in {run.source} was judged on "
+                    f"{len(run.worlds)} held-out worlds, not the {len(reference.worlds)} of "
+                    f"{reference.source}; pairing needs the same worlds"
+                )
+    return policies
+
+
+# --- statistics -----------------------------------------------------------------------
+
+
+def _pairs(a: dict[int, Run], b: dict[int, Run]) -> list[tuple[Run, Run]] | None:
+    """Runs of A and B to pair: a dispatcher pairs with every run, two learners by seed."""
+    if FIXED in a and FIXED in b:
+        return [(a[FIXED], b[FIXED])]
+    if FIXED in b:
+        return [(run, b[FIXED]) for run in a.values()]
+    if FIXED in a:
+        return [(a[FIXED], run) for run in b.values()]
+    if set(a) != set(b):
+        return None
+    return [(a[s], b[s]) for s in sorted(a)]
+
+
+def compare(a: dict[int, Run], b: dict[int, Run]) -> tuple[Estimate, str] | None:
+    """A - B in reward, paired per eval seed; over training seeds when there are two or
+    more pairs of runs, else over eval seeds. None when they cannot be paired."""
+    pairs = _pairs(a, b)
+    if pairs is None:
+        return None
+    diffs = [paired_difference(x.values["reward"], y.values["reward"]) for x, y in pairs]
+    if len(diffs) >= 2:
+        return over_training_seeds([d.mean for d in diffs]), "training seeds"
+    return diffs[0], "eval seeds"
+
+
+def level(runs: dict[int, Run]) -> tuple[Estimate, str]:
+    """A policy's reward: over training seeds with two or more runs, else over eval seeds."""
+    per_run = [stratified_mean(run.values["reward"]) for run in runs.values()]
+    if len(per_run) >= 2:
+        return over_training_seeds([e.mean for e in per_run]), "training seeds"
+    return per_run[0], "eval seeds"
+
+
+def summarise(policies: dict[str, dict[int, Run]], baselines: Sequence[str]) -> list[PolicySummary]:
+    """One summary per policy, best reward first."""
+    unknown = [b for b in baselines if b not in policies]
+    if unknown:
+        raise ReportError(f"unknown baseline {unknown[0]!r}; policies here: {sorted(policies)}")
+    out = []
+    for policy, runs in policies.items():
+        reward, over = level(runs)
+        points = {
+            m: float(np.mean([stratified_mean(run.values[m]).mean for run in runs.values()]))
+            for m in POINT_METRICS
+        }
+        summary = PolicySummary(
+            policy=policy,
+            runs=runs,
+            reward=reward,
+            over=over,
+            points=points,
+            train_steps=float(np.mean([run.train_steps for run in runs.values()])),
+        )
+        for base in baselines:
+            if base != policy:
+                summary.versus[base] = compare(runs, policies[base])
+        out.append(summary)
+    return sorted(out, key=lambda s: -s.reward.mean)
+
+
+def paired_by_round(frame: pd.DataFrame, baseline: str) -> pd.DataFrame:
+    """For one run's per_seed.csv: every learner minus `baseline`, round by round, paired
+    per eval seed (CI over eval seeds). Columns policy, round, mean, half_width."""
+    fixed = frame[(frame["policy"] == baseline) & (frame["round"] == 0)]
+    if fixed.empty:
+        raise ReportError(f"no round-0 rows of baseline {baseline!r}")
+    base = _run(fixed, FIXED, "per_seed.csv")
+    out = []
+    learners = frame[frame["round"] > 0]
+    for (policy, rnd), rows in learners.groupby(["policy", "round"], sort=True):
+        if rows["train_seed"].nunique() != 1:
+            raise ReportError(f"{policy} round {rnd}: several training seeds in one file")
+        run = _run(rows, int(rows["train_seed"].iloc[0]), "per_seed.csv")
+        if not run.worlds.equals(base.worlds):
+            raise ReportError(f"mismatched eval seeds: {policy} round {rnd} and {baseline}")
+        diff = paired_difference(run.values["reward"], base.values["reward"])
+        out.append(
+            {"policy": policy, "round": int(rnd), "mean": diff.mean, "half_width": diff.half_width}
+        )
+    return pd.DataFrame(out, columns=["policy", "round", "mean", "half_width"])
+
+
+# --- output ---------------------------------------------------------------------------
+
+
+def _pm(estimate: Estimate) -> str:
+    if np.isnan(estimate.half_width):
+        return f"{estimate.mean:+.4f}"
+    return f"{estimate.mean:+.4f} ± {estimate.half_width:.4f}"
+
+
+def table(summaries: list[PolicySummary], baselines: Sequence[str]) -> list[list[str]]:
+    """Header and one row per policy, as strings."""
+    header = [
+        "policy",
+        "train seeds",
+        "reward ± 95% CI",
+        "CI over",
+        "latency ms",
+        "p95 ms",
+        "SLO viol.",
+        "cost µUSD/job",
+        "carbon mg/job",
+        "train steps",
+    ]
+    for base in baselines:
+        header += [f"Δ reward vs {base} ± 95% CI", f"vs {base}"]
+    rows = [header]
+    for s in summaries:
+        row = [
+            s.policy,
+            str(len(s.runs)) if s.learner else "-",
+            _pm(s.reward),
+            s.over,
+            f"{s.points['latency_ms']:.1f}",
+            f"{s.points['latency_p95_ms']:.1f}",
+            f"{s.points['slo_violation']:.3f}",
+            f"{s.points['cost_usd'] * 1e6:.3f}",
+            f"{s.points['carbon_g'] * 1e3:.3f}",
+            f"{s.train_steps:,.0f}",
+        ]
+        for base in baselines:
+            if base == s.policy:
+                row += ["(baseline)", ""]
+            elif s.versus[base] is None:
+                row += ["n/a (training seeds differ)", ""]
+            else:
+                diff, over = s.versus[base]
+                suffix = "" if over == "training seeds" else " (eval seeds)"
+                row += [_pm(diff) + suffix, diff.verdict()]
+        rows.append(row)
+    return rows
+
+
+def format_text(rows: list[list[str]]) -> str:
+    widths = [max(len(row[k]) for row in rows) for k in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(
+            cell.ljust(w) if k == 0 or k == 3 else cell.rjust(w)
+            for k, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in rows
+    )
+
+
+def format_markdown(rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
+    lines += ["| " + " | ".join(cell or " " for cell in row) + " |" for row in rows[1:]]
+    return "\n".join(lines)
+
+
+def describe(policies: dict[str, dict[int, Run]], frame: pd.DataFrame) -> str:
+    """One line: the split, the worlds, the rounds the learners were taken at."""
+    any_run = next(iter(next(iter(policies.values())).values()))
+    regions = len(any_run.values["reward"])
+    per_region = len(any_run.worlds) // max(regions, 1)
+    rounds = sorted({run.round for runs in policies.values() for run in runs.values() if run.round})
+    taken = ", ".join(map(str, rounds)) if rounds else "-"
+    return (
+        f"held-out split '{frame['split'].iloc[0]}': {regions} regions x {per_region} worlds; "
+        f"learners at round {taken}; rewards are means per job (higher is better)"
+    )
+
+
+def report(
+    dirs: Sequence[str | Path],
+    baselines: Sequence[str],
+    round_: int | None = None,
+    markdown: bool = False,
+) -> str:
+    """The report of `dirs` as text (or a Markdown table); ReportError on bad input."""
+    if not baselines:
+        raise ReportError("name at least one --baseline")
+    frame = load(dirs)
+    policies = collect(frame, round_)
+    summaries = summarise(policies, baselines)
+    rows = table(summaries, baselines)
+    body = format_markdown(rows) if markdown else format_text(rows)
+    return f"{describe(policies, frame)}\n\n{body}"
+
+
+def parse_round(text: str) -> int | None:
+    """`--round`: 'last' (None) or a round number >= 1."""
+    if text == "last":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"--round must be 'last' or a round number, got {text!r}") from None
+    if value < 1:
+        raise ValueError(f"--round must be >= 1, got {value}")
+    return value

@@ -1,0 +1,155 @@
+"""`fedmc report` on hand-made result directories: paired numbers and bad input."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedmc_flwr.cli import main
+from fedmc_flwr.report import collect, load, summarise
+from fedmc_flwr.results import per_seed_writer
+
+REGIONS = ("us-east1", "europe-west9")
+SEEDS = (10, 11, 12)
+SED = {"us-east1": [-0.50, -0.60, -0.70], "europe-west9": [-0.40, -0.45, -0.50]}
+JSQ = {"us-east1": [-0.55, -0.64, -0.76], "europe-west9": [-0.43, -0.48, -0.54]}
+# The learner, per training seed and round (round 2 is the last).
+PPO = {
+    (0, 1): {"us-east1": [-0.60, -0.70, -0.70], "europe-west9": [-0.50, -0.50, -0.50]},
+    (0, 2): {"us-east1": [-0.45, -0.58, -0.66], "europe-west9": [-0.38, -0.44, -0.47]},
+    (1, 1): {"us-east1": [-0.70, -0.70, -0.70], "europe-west9": [-0.50, -0.60, -0.50]},
+    (1, 2): {"us-east1": [-0.48, -0.55, -0.69], "europe-west9": [-0.39, -0.40, -0.49]},
+}
+
+
+def _rows(policy, values, train_seed, rnd, seeds=SEEDS):
+    return [
+        {
+            "experiment": "demo",
+            "train_seed": train_seed,
+            "round": rnd,
+            "split": "test",
+            "client": region,
+            "policy": policy,
+            "eval_seed": (2 << 62) + 1000 * k + seed,
+            "start_phase": (j + 0.5) / len(seeds),
+            "train_steps": 0 if rnd == 0 else 100 * rnd,
+            "jobs": 50,
+            "reward": values[region][j],
+            "latency_ms": 100.0 + j,
+            "latency_p95_ms": 200.0 + j,
+            "slo_violation": 0.1,
+            "cost_usd": 1e-6,
+            "carbon_g": 1e-4,
+            "energy_kwh": 2e-6,
+        }
+        for k, region in enumerate(REGIONS)
+        for j, seed in enumerate(seeds)
+    ]
+
+
+def make_dir(root: Path, train_seed: int, sed=SED, seeds=SEEDS) -> Path:
+    out = root / f"demo-s{train_seed}"
+    out.mkdir(parents=True)
+    writer = per_seed_writer(out)
+    writer.write(_rows("sed", sed, train_seed, 0, seeds) + _rows("jsq", JSQ, train_seed, 0, seeds))
+    for rnd in (1, 2):
+        writer.write(_rows("ppo-fedavg", PPO[(train_seed, rnd)], train_seed, rnd, seeds))
+    return out
+
+
+def _stratified_diff(a: dict, b: dict) -> float:
+    return float(np.mean([np.mean(np.subtract(a[r], b[r])) for r in REGIONS]))
+
+
+def test_paired_numbers_over_training_seeds(tmp_path: Path) -> None:
+    dirs = [make_dir(tmp_path, 0), make_dir(tmp_path, 1)]
+    summaries = {s.policy: s for s in summarise(collect(load(dirs)), ["sed", "jsq"])}
+    ppo = summaries["ppo-fedavg"]
+    assert len(ppo.runs) == 2 and ppo.over == "training seeds"
+    d = [_stratified_diff(PPO[(s, 2)], SED) for s in (0, 1)]
+    diff, over = ppo.versus["sed"]
+    t_975_df1 = 12.706204736174707
+    assert over == "training seeds"
+    assert diff.mean == pytest.approx(np.mean(d), abs=1e-15)
+    assert diff.half_width == pytest.approx(t_975_df1 * abs(d[0] - d[1]) / 2, rel=1e-12)
+    level = [np.mean([np.mean(PPO[(s, 2)][r]) for r in REGIONS]) for s in (0, 1)]
+    assert ppo.reward.mean == pytest.approx(np.mean(level), abs=1e-15)
+    assert ppo.reward.half_width == pytest.approx(
+        t_975_df1 * abs(level[0] - level[1]) / 2, rel=1e-12
+    )
+    assert ppo.train_steps == 200
+    # Dispatchers: once, whatever the number of directories; paired over eval seeds.
+    sed = summaries["sed"]
+    assert not sed.learner and sed.over == "eval seeds"
+    jsq_vs_sed, over = summaries["jsq"].versus["sed"]
+    assert over == "eval seeds"
+    assert jsq_vs_sed.mean == pytest.approx(_stratified_diff(JSQ, SED), abs=1e-15)
+    # jsq - sed per seed: [-.05, -.04, -.06] and [-.03, -.03, -.04]
+    var = np.var([-0.05, -0.04, -0.06], ddof=1) / 3 + np.var([-0.03, -0.03, -0.04], ddof=1) / 3
+    assert jsq_vs_sed.half_width == pytest.approx(2.7764451051977987 * math.sqrt(var) / 2)
+    assert jsq_vs_sed.verdict() == "worse"
+
+
+def test_one_training_seed_and_a_chosen_round(tmp_path: Path) -> None:
+    one = make_dir(tmp_path, 0)
+    summaries = {s.policy: s for s in summarise(collect(load([one]), 1), ["sed"])}
+    ppo = summaries["ppo-fedavg"]
+    diff, over = ppo.versus["sed"]
+    assert ppo.over == "eval seeds" and over == "eval seeds"
+    assert diff.mean == pytest.approx(_stratified_diff(PPO[(0, 1)], SED), abs=1e-15)
+    assert diff.n == 6
+
+
+def test_cli_prints_the_table_with_verdicts(tmp_path: Path, capsys) -> None:
+    dirs = [str(make_dir(tmp_path, s)) for s in (0, 1)]
+    assert main(["report", *dirs, "--baseline", "sed", "--baseline", "jsq"]) == 0
+    out = capsys.readouterr().out
+    lines = {line.split()[0]: line for line in out.splitlines()[3:]}
+    assert set(lines) == {"sed", "jsq", "ppo-fedavg"}
+    assert "worse" in lines["jsq"] and "(baseline)" in lines["sed"]
+    assert "training seeds" in lines["ppo-fedavg"] and "eval seeds" in lines["sed"]
+    assert "learners at round 2" in out
+    assert main(["report", *dirs, "--baseline", "sed", "--markdown", "--round", "1"]) == 0
+    out = capsys.readouterr().out
+    table = [line for line in out.splitlines() if line.startswith("|")]
+    assert table[0].startswith("| policy | train seeds |") and len(table) == 2 + 3
+    assert "learners at round 1" in out
+    assert table[-1].startswith("| ppo-fedavg | 2 | -0.6000 ± ")
+    assert table[-1].endswith("| no difference at 95% |")
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("missing", "no such directory"),
+        ("empty", "no per_seed.csv"),
+        ("baseline", "unknown baseline 'magic'"),
+        ("eval-seeds", "mismatched eval seeds"),
+        ("dispatcher-differs", "sed differs between"),
+        ("round", "has no round 7"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys, case: str, message: str) -> None:
+    good = str(make_dir(tmp_path, 0))
+    args = [good, "--baseline", "sed"]
+    if case == "missing":
+        args = [good, str(tmp_path / "nowhere"), "--baseline", "sed"]
+    elif case == "empty":
+        (tmp_path / "empty").mkdir()
+        args = [good, str(tmp_path / "empty"), "--baseline", "sed"]
+    elif case == "baseline":
+        args = [good, "--baseline", "magic"]
+    elif case == "eval-seeds":
+        args = [good, str(make_dir(tmp_path, 1, seeds=(10, 11, 13))), "--baseline", "sed"]
+    elif case == "dispatcher-differs":
+        other = {r: [v + 0.01 for v in values] for r, values in SED.items()}
+        args = [good, str(make_dir(tmp_path, 1, sed=other)), "--baseline", "sed"]
+    elif case == "round":
+        args = [good, "--baseline", "sed", "--round", "7"]
+    assert main(["report", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and "Traceback" not in err
