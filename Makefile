@@ -10,7 +10,7 @@ TORCH := torch==2.13.0+cpu
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 CONFIG ?= conf/small_demo.yaml
 
-.PHONY: setup lock demo test lint baselines train plots bench clean
+.PHONY: setup lock demo test lint baselines train plots results report bench clean
 
 $(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,29 @@ train: setup
 
 plots: setup
 	$(BIN)/fedmc plot results/small_demo/metrics.csv
+
+# The README's learning results: each federated variant through Flower and both references
+# without federation (centralised, local-only; same env steps), once per training seed,
+# then every policy paired against two-tier and SED on the test seeds.
+SEEDS ?= 0 1 2 3 4
+VARIANTS ?= small_demo ablation_shrink ablation_fedprox ablation_fedprox_shrink
+RUNS := $(foreach s,$(SEEDS),$(foreach v,$(VARIANTS),results/$(v)-s$(s)) \
+	results/small_demo-s$(s)-centralised results/small_demo-s$(s)-local)
+
+results: setup
+	for s in $(SEEDS); do \
+	  for v in $(VARIANTS); do \
+	    $(BIN)/fedmc run --config conf/$$v.yaml --set seed=$$s --set name=$$v-s$$s || exit 1; \
+	  done; \
+	  for m in centralised local; do \
+	    $(BIN)/fedmc train --config conf/small_demo.yaml --mode $$m \
+	      --set seed=$$s --set name=small_demo-s$$s || exit 1; \
+	  done; \
+	done
+	$(MAKE) report
+
+report: setup
+	$(BIN)/fedmc report $(RUNS) --baseline two-tier --baseline sed --markdown
 
 lint: setup
 	$(BIN)/ruff check .
