@@ -51,13 +51,14 @@ def _rows(policy, values, train_seed, rnd, seeds=SEEDS):
     ]
 
 
-def make_dir(root: Path, train_seed: int, sed=SED, seeds=SEEDS) -> Path:
+def make_dir(root: Path, train_seed: int, sed=SED, seeds=SEEDS, learner_seeds=None) -> Path:
     out = root / f"demo-s{train_seed}"
     out.mkdir(parents=True)
     writer = per_seed_writer(out)
     writer.write(_rows("sed", sed, train_seed, 0, seeds) + _rows("jsq", JSQ, train_seed, 0, seeds))
     for rnd in (1, 2):
-        writer.write(_rows("ppo-fedavg", PPO[(train_seed, rnd)], train_seed, rnd, seeds))
+        values = PPO[(train_seed, rnd)]
+        writer.write(_rows("ppo-fedavg", values, train_seed, rnd, learner_seeds or seeds))
     return out
 
 
@@ -129,6 +130,7 @@ def test_cli_prints_the_table_with_verdicts(tmp_path: Path, capsys) -> None:
         ("empty", "no per_seed.csv"),
         ("baseline", "unknown baseline 'magic'"),
         ("eval-seeds", "mismatched eval seeds"),
+        ("learner-eval-seeds", "mismatched eval seeds"),
         ("dispatcher-differs", "sed differs between"),
         ("round", "has no round 7"),
     ],
@@ -145,6 +147,8 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys, case: str, mes
         args = [good, "--baseline", "magic"]
     elif case == "eval-seeds":
         args = [good, str(make_dir(tmp_path, 1, seeds=(10, 11, 13))), "--baseline", "sed"]
+    elif case == "learner-eval-seeds":
+        args = [str(make_dir(tmp_path, 1, learner_seeds=(10, 11, 13))), "--baseline", "sed"]
     elif case == "dispatcher-differs":
         other = {r: [v + 0.01 for v in values] for r, values in SED.items()}
         args = [good, str(make_dir(tmp_path, 1, sed=other)), "--baseline", "sed"]
