@@ -96,7 +96,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "plot":
             from fedmc_flwr.plots import plot_metrics
 
-            for path in plot_metrics(args.metrics, args.out, baselines=args.baselines):
+            try:
+                paths = plot_metrics(args.metrics, args.out, baselines=args.baselines)
+            except (FileNotFoundError, ValueError) as exc:
+                print(f"fedmc: plot: {exc}", file=sys.stderr)
+                return 2
+            for path in paths:
                 print(path)
         elif args.command == "report":
             from fedmc_flwr.report import ReportError, parse_round, report

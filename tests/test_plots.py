@@ -110,3 +110,11 @@ def test_paired_difference_plot_from_per_seed_csv(tmp_path: Path) -> None:
     assert paths[-1].read_bytes().startswith(PNG)
     with pytest.raises(ValueError, match="no baseline 'jsq'"):
         plot_metrics(csv_path, baselines=["jsq"])
+
+
+def test_cli_plot_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys) -> None:
+    from fedmc_flwr.cli import main
+
+    assert main(["plot", str(tmp_path / "missing.csv")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no such metrics file" in err
