@@ -24,6 +24,7 @@ from fedmc_flwr.evaluation import (
 from fedmc_flwr.federation import wire
 from fedmc_flwr.policies.heuristics import DISPATCHERS
 from fedmc_flwr.results import PER_SEED_COLUMNS
+from fedmc_flwr.sim.world import METRIC_NAMES, MultiCloudSim
 
 TINY = [
     "world.regions=2",
@@ -110,6 +111,27 @@ def test_evaluate_keeps_every_metric_per_seed_and_it_survives_the_wire() -> None
     assert len(rows) == 3 and set(rows[0]) == set(PER_SEED_COLUMNS)
     assert [r["eval_seed"] for r in rows] == [int(s) for s in result.eval_seeds]
     assert {r["client"] for r in rows} == {"b"}
+
+
+def test_per_seed_values_are_each_worlds_own() -> None:
+    """Recomputed world by world, each started at its stratified phase of the day."""
+    cfg = tiny()
+    result = evaluate(DISPATCHERS["sed"], cfg, 0)
+    worlds = seed_spaces.heldout_seeds("test", 0, 3)
+    sim = MultiCloudSim(cfg.world, cfg.reward, np.zeros(3, dtype=np.int64))
+    policy = DISPATCHERS["sed"](sim)
+    obs, mask = sim.reset(worlds, phases=seed_spaces.heldout_phases(3))
+    reward, metrics = np.zeros(3), np.zeros((cfg.eval.steps, 3, len(METRIC_NAMES)))
+    for k in range(cfg.eval.steps):
+        step = sim.step(policy.act(obs, mask))
+        reward += step.reward
+        metrics[k] = step.metrics
+        obs, mask = step.obs, step.mask
+    np.testing.assert_allclose(result.per_seed_reward, reward / cfg.eval.steps, rtol=1e-12)
+    for j, name in enumerate(METRIC_NAMES):
+        np.testing.assert_allclose(result.per_seed[name], metrics[:, :, j].mean(0), rtol=1e-12)
+    latency = metrics[:, :, METRIC_NAMES.index("latency_ms")]
+    np.testing.assert_allclose(result.per_seed["latency_p95_ms"], np.percentile(latency, 95, 0))
 
 
 def test_validation_split_judges_other_worlds() -> None:
