@@ -41,14 +41,19 @@ def identical_world(small_demo: ExperimentConfig) -> WorldConfig:
     )
 
 
-Rollout = Callable[[MultiCloudSim, Policy, np.ndarray, int], dict[str, np.ndarray]]
+Rollout = Callable[..., dict[str, np.ndarray]]
 
 
 def _rollout(
-    sim: MultiCloudSim, policy: Policy, seeds: np.ndarray, steps: int
+    sim: MultiCloudSim,
+    policy: Policy,
+    seeds: np.ndarray,
+    steps: int,
+    phases: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
-    """Reset `sim` with `seeds`, act for `steps` jobs; per-env mean reward and metrics [B]."""
-    obs, mask = sim.reset(seeds)
+    """Reset `sim` with `seeds` (and `phases`, else drawn), act for `steps` jobs; per-env
+    mean reward and metrics [B]."""
+    obs, mask = sim.reset(seeds, phases)
     total = np.zeros((sim.num_envs, len(METRIC_NAMES) + 1))
     for _ in range(steps):
         actions = policy.act(obs, mask)
@@ -63,5 +68,6 @@ def _rollout(
 
 @pytest.fixture
 def rollout() -> Rollout:
-    """`rollout(sim, policy, seeds, steps)`: asserts no masked action, returns per-env means."""
+    """`rollout(sim, policy, seeds, steps, phases=None)`: asserts no masked action, returns
+    per-env means."""
     return _rollout

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import doctest
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import gymnasium as gym
@@ -105,9 +107,46 @@ def test_vector_env_autoresets_on_the_step_after_truncation(
     actions = np.zeros(2, dtype=np.int64)
     flags = [envs.step(actions)[3].tolist() for _ in range(3)]
     assert flags == [[False, False], [False, False], [True, True]]
+    generator = copy.deepcopy(envs.np_random)
     obs, reward, terminated, truncated, info = envs.step(actions)
     np.testing.assert_array_equal(reward, 0.0)
     assert not info["_latency_ms"].any() and not truncated.any() and not terminated.any()
-    np.testing.assert_array_equal(obs[:, :18], 0.0)  # fresh episodes: empty queues
+    # fresh episodes: new world seeds from the env's generator, warmed up like any reset
+    seeds = generator.integers(2**63, size=2, dtype=np.uint64)
+    fresh, _ = MultiCloudSim(small_demo.world, small_demo.reward, [0, 0]).reset(seeds)
+    np.testing.assert_array_equal(obs, fresh)
+    assert obs[:, :18].sum() > 0
     flags = [envs.step(actions)[3].tolist() for _ in range(3)]
     assert flags == [[False, False], [False, False], [True, True]]
+
+
+def test_an_invalid_action_is_flagged_and_never_cheaper(small_demo: ExperimentConfig) -> None:
+    world = replace(small_demo.world, outage_rate=0.01)  # a few nodes down, none full
+    env = MultiCloudEnv(world=world, reward=small_demo.reward)
+    _, info = env.reset(seed=4)
+    flagged = 0
+    for _ in range(200):
+        mask = info["action_mask"]
+        worst = float(np.where(mask, env.sim.dispatch_costs()[0], -np.inf).max())
+        action = int(np.flatnonzero(~mask)[0]) if not mask.all() else int(np.argmax(mask))
+        _, reward, _, _, info_after = env.step(action)
+        assert info_after["invalid_action"] == (not mask[action])
+        assert not info_after["refused"]
+        if not mask[action]:
+            assert reward == pytest.approx(-worst, rel=1e-12)
+            flagged += 1
+        info = info_after
+    assert flagged > 50
+
+
+def test_reset_options_choose_the_start_phase(small_demo: ExperimentConfig) -> None:
+    env = MultiCloudEnv(small_demo)
+    vec = MultiCloudVectorEnv(2, small_demo)
+    sim = MultiCloudSim(small_demo.world, small_demo.reward, [0, 0])
+    expected, _ = sim.reset([5, 6], [0.25, 0.75])
+    obs, _ = env.reset(seed=5, options={"phase": 0.25})
+    np.testing.assert_array_equal(obs, expected[0])
+    obs, _ = vec.reset(seed=5, options={"phases": [0.25, 0.75]})
+    np.testing.assert_array_equal(obs, expected)
+    with pytest.raises(ValueError, match=r"in \[0, 1\)"):
+        env.reset(seed=5, options={"phase": 1.5})

@@ -15,7 +15,9 @@ from fedmc_flwr.policies.heuristics import (
     RoundRobinPolicy,
     TwoTierPolicy,
 )
-from fedmc_flwr.sim.world import MultiCloudSim
+from fedmc_flwr.sim.world import METRIC_NAMES, MultiCloudSim
+
+LATENCY, CARBON = METRIC_NAMES.index("latency_ms"), METRIC_NAMES.index("carbon_g")
 
 NAMES = [
     "random",
@@ -168,12 +170,14 @@ def test_myopic_oracle_takes_the_cheapest_immediate_cost(
 
 def _latencies(cfg: ExperimentConfig, world: WorldConfig, names: list[str], rollout) -> dict:
     """Per-seed mean latency of each dispatcher on the same seeds (common random numbers:
-    arrivals and job sizes do not depend on the actions)."""
+    arrivals and job sizes do not depend on the actions), every episode from midnight: the
+    gaps between dispatchers vary with the time of day, so one phase keeps them sharp."""
     envs = 16
     out = {}
     for name in names:
         sim = MultiCloudSim(world, cfg.reward, np.arange(envs) % world.regions)
-        out[name] = rollout(sim, DISPATCHERS[name](sim), np.arange(envs) + 77, 3000)["latency_ms"]
+        seeds, phases = np.arange(envs) + 77, np.zeros(envs)
+        out[name] = rollout(sim, DISPATCHERS[name](sim), seeds, 3000, phases)["latency_ms"]
     return out
 
 
@@ -197,3 +201,68 @@ def test_no_dispatcher_beats_jsq_on_identical_servers(
     for name in names:
         gap = latency[name] - latency["jsq"]
         assert gap.mean() >= -3 * gap.std(ddof=1) / np.sqrt(len(gap)), name
+
+
+def test_latency_and_carbon_follow_the_start_phase(small_demo: ExperimentConfig) -> None:
+    """The same seeds started at four phases of the day: prices, carbon, arrivals and other
+    tenants' load follow the day, so SED's latency and carbon differ beyond noise."""
+    envs, steps = 32, 400
+    means = {}
+    for phase in (0.0, 0.25, 0.5, 0.75):
+        sim = MultiCloudSim(small_demo.world, small_demo.reward, np.zeros(envs, dtype=np.int64))
+        policy = DISPATCHERS["sed"](sim, seed=5)
+        obs, mask = sim.reset(np.arange(envs) + 300, np.full(envs, phase))
+        total = np.zeros((envs, 2))
+        for _ in range(steps):
+            result = sim.step(policy.act(obs, mask))
+            total += result.metrics[:, [LATENCY, CARBON]]
+            obs, mask = result.obs, result.mask
+        means[phase] = total / steps
+    per_phase = np.array(list(means.values()))  # [phases, envs, 2]
+    spread = per_phase.mean(axis=1).max(axis=0) - per_phase.mean(axis=1).min(axis=0)
+    noise = per_phase.std(axis=1, ddof=1).max(axis=0) / np.sqrt(envs)
+    assert (spread > 5 * noise).all(), (spread, noise)
+
+
+class _Dropper:
+    """Sends every job it can to a masked node (a drop, if drops were free), else anywhere."""
+
+    name = "dropper"
+
+    def __init__(self, sim: MultiCloudSim, seed: int = 0) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        return (np.where(~mask, 2.0, 1.0) * self.rng.random(mask.shape)).argmax(axis=1)
+
+
+def test_sending_jobs_to_masked_nodes_never_pays(small_demo: ExperimentConfig) -> None:
+    """A dispatcher that picks a masked node whenever one exists (outages and full queues
+    make that common) scores worse than JSQ and worse than random dispatch on the same
+    seeds: with free drops it beat random dispatch."""
+    envs, steps = 16, 1500
+    reward = {}
+    for name, factory in (("jsq", DISPATCHERS["jsq"]), ("random", DISPATCHERS["random"])):
+        sim = MultiCloudSim(small_demo.world, small_demo.reward, np.arange(envs) % 3)
+        reward[name] = _rollout_rewards(sim, factory(sim, seed=1), steps)
+    sim = MultiCloudSim(small_demo.world, small_demo.reward, np.arange(envs) % 3)
+    reward["dropper"], invalid = _rollout_rewards(sim, _Dropper(sim, seed=1), steps, True)
+    assert invalid > 0.25  # it did send many jobs to masked nodes
+    for other in ("jsq", "random"):
+        gap = reward[other] - reward["dropper"]
+        assert gap.mean() > 5 * gap.std(ddof=1) / np.sqrt(envs), other
+
+
+def _rollout_rewards(sim: MultiCloudSim, policy, steps: int, count_invalid: bool = False):
+    """Per-env mean reward over `steps` jobs from seeds 77.. (masked actions allowed)."""
+    obs, mask = sim.reset(np.arange(sim.num_envs) + 77)
+    total = np.zeros(sim.num_envs)
+    invalid = 0
+    for _ in range(steps):
+        result = sim.step(policy.act(obs, mask))
+        total += result.reward
+        invalid += int(result.invalid.sum())
+        obs, mask = result.obs, result.mask
+    if count_invalid:
+        return total / steps, invalid / (steps * sim.num_envs)
+    return total / steps

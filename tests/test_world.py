@@ -69,30 +69,38 @@ def test_a_greener_region_lowers_carbon_for_the_same_job(small_demo: ExperimentC
     assert outcomes[:, CARBON].min() < outcomes[:, CARBON].max() / 10
 
 
-def test_masked_nodes_never_receive_a_job(small_demo: ExperimentConfig) -> None:
-    """A job sent to a node in an outage is dropped (timeout, violation, no cost), never queued."""
+def test_a_masked_action_is_served_at_the_worst_valid_node(small_demo: ExperimentConfig) -> None:
+    """No free drops: a job sent to a masked node goes where its immediate weighted cost is
+    highest, exactly as if that node had been chosen (same outcome, same next state)."""
     world = replace(small_demo.world, outage_rate=0.3, outage_mean_s=2.0)
     envs = 16
     sim = MultiCloudSim(world, small_demo.reward, np.arange(envs) % world.regions)
     obs, mask = sim.reset(np.arange(envs))
+    rows = np.arange(envs)
     rng = np.random.default_rng(0)
-    dropped = 0
-    for _ in range(400):
+    redirected = 0
+    for _ in range(300):
         up = obs[:, sim.layout.up] > 0
         assert not (mask & ~up).any(), "a node in an outage is offered"
         # env by env: a masked node if there is one, else a valid one
-        prefer_masked = np.where(~mask, 2.0, 1.0) * rng.random(mask.shape)
-        actions = prefer_masked.argmax(axis=1)
-        masked = ~mask[np.arange(envs), actions]
-        before = sim.backlog[np.arange(envs), actions].copy()
+        actions = (np.where(~mask, 2.0, 1.0) * rng.random(mask.shape)).argmax(axis=1)
+        masked = ~mask[rows, actions]
+        costs = sim.dispatch_costs()  # inf on masked nodes
+        worst = np.where(mask, costs, -np.inf).argmax(axis=1)
+        state = sim.get_state()
         result = sim.step(actions)
-        after = sim.backlog[np.arange(envs), actions]
-        assert (after[masked] <= before[masked]).all(), "a masked node received work"
-        np.testing.assert_array_equal(result.metrics[masked, LATENCY], 2 * world.slo_ms)
-        np.testing.assert_array_equal(result.metrics[masked, COST], 0.0)
-        dropped += int(masked.sum())
+        after = sim.get_state()
+        np.testing.assert_array_equal(result.invalid, masked)
+        np.testing.assert_allclose(result.reward[masked], -costs[rows, worst][masked], rtol=1e-12)
+        sim.set_state(state)
+        served = sim.step(np.where(masked, worst, actions))
+        for field in ("obs", "mask", "reward", "metrics"):
+            np.testing.assert_array_equal(getattr(served, field), getattr(result, field))
+        for name, value in sim.get_state().items():
+            np.testing.assert_array_equal(value, after[name], err_msg=name)
+        redirected += int(masked.sum())
         obs, mask = result.obs, result.mask
-    assert dropped > 100  # the test did exercise outages
+    assert redirected > 100  # the test did exercise outages
 
 
 def _deterministic_actions(sim: MultiCloudSim, obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -174,3 +182,190 @@ def test_returned_observations_are_never_overwritten(small_demo: ExperimentConfi
     sim.reset_envs([0], [99])
     sim.set_state(sim.get_state())
     np.testing.assert_array_equal(result.obs, kept)
+
+
+def _no_warmup(cfg: ExperimentConfig, **changes) -> WorldConfig:
+    return replace(cfg.world, warmup_jobs=0, **changes)
+
+
+def test_explicit_phases_set_each_clock(small_demo: ExperimentConfig) -> None:
+    world = _no_warmup(small_demo)
+    period = world.diurnal_period_s
+    phases = np.array([0.0, 0.1, 0.375, 0.5, 0.9, 0.999])
+    sim = MultiCloudSim(world, small_demo.reward, np.arange(6) % world.regions)
+    obs, _ = sim.reset(np.full(6, 7), phases)
+    first_gap = sim.t - phases * period  # the clock ran to the first arrival only
+    assert (first_gap > 0).all() and (first_gap < 0.05).all()
+    theta = 2 * np.pi * sim.t / period
+    np.testing.assert_allclose(obs[:, sim.layout.clock], np.c_[np.sin(theta), np.cos(theta)])
+    # the same phases with the warm-up: the first job comes later in the same day
+    warm = MultiCloudSim(small_demo.world, small_demo.reward, np.arange(6) % world.regions)
+    warm.reset(np.full(6, 7), phases)
+    assert ((warm.t - phases * period) > first_gap).all()
+    assert ((warm.t - phases * period) < 0.05 * period).all()
+
+
+def test_drawn_phases_cover_the_day_reproducibly_whatever_the_batch(
+    small_demo: ExperimentConfig,
+) -> None:
+    world = _no_warmup(small_demo)
+    envs = 256
+    seeds = np.arange(envs) * 104729 + 11
+    sim = MultiCloudSim(world, small_demo.reward, np.arange(envs) % world.regions)
+    sim.reset(seeds)
+    phase = sim.t / world.diurnal_period_s  # phase + one inter-arrival time
+    assert set(np.floor(phase * 8).astype(int).tolist()) == set(range(8))
+    for k in (0, 17, 255):
+        alone = MultiCloudSim(world, small_demo.reward, [k % world.regions])
+        alone.reset(seeds[k : k + 1])
+        assert alone.t[0] == sim.t[k]
+    again = MultiCloudSim(world, small_demo.reward, np.arange(envs) % world.regions)
+    again.reset(seeds)
+    np.testing.assert_array_equal(again.t, sim.t)
+
+
+def test_bad_phases_are_clear_errors(small_demo: ExperimentConfig) -> None:
+    sim = MultiCloudSim(small_demo.world, small_demo.reward, [0, 1])
+    with pytest.raises(ValueError, match="one phase per env"):
+        sim.reset([1, 2], [0.5])
+    for bad in ([0.5, 1.0], [-0.1, 0.2], [np.nan, 0.2]):
+        with pytest.raises(ValueError, match=r"in \[0, 1\)"):
+            sim.reset([1, 2], bad)
+
+
+def _true_sed(sim: MultiCloudSim) -> np.ndarray:
+    """Shortest expected delay on the true state: RTT + (backlog + size) / effective rate."""
+    spec, regions = sim.spec, np.repeat(np.arange(sim.num_regions), sim.nodes_per_region)
+    s, c = sim.clock[:, :1], sim.clock[:, 1:]
+    day = s * np.cos(spec.phase)[regions] + c * np.sin(spec.phase)[regions]
+    share = spec.background_mean[regions] * (1 + spec.background_swing[regions] * day)
+    rate = spec.speed * (1 - np.clip(share, 0.0, 0.95))
+    delay = spec.rtt_s[sim.ingress][:, regions] + (sim.backlog + sim.size[:, None]) / rate
+    return np.where(sim.mask, delay, np.inf).argmin(axis=1)
+
+
+def test_warm_up_is_unscored_sed_dispatch_from_an_empty_estate(
+    small_demo: ExperimentConfig,
+) -> None:
+    """Reset with W warm-up jobs is reset with none followed by W steps of true-state SED:
+    same state bit for bit, and none of those jobs appears in anything the sim returns."""
+    warmup, envs = small_demo.world.warmup_jobs, 12
+    assert warmup >= 100
+    seeds, phases = np.arange(envs) + 40, np.linspace(0, 1, envs, endpoint=False)
+    ingress = np.arange(envs) % small_demo.world.regions
+    warm = MultiCloudSim(small_demo.world, small_demo.reward, ingress)
+    obs, _ = warm.reset(seeds, phases)
+    assert (obs[:, warm.layout.queue].sum(axis=1) > 0).all(), "the estate is not busy"
+    assert (warm.backlog.sum(axis=1) > 0).all()
+    cold = MultiCloudSim(_no_warmup(small_demo), small_demo.reward, ingress)
+    cold.reset(seeds, phases)
+    assert (cold.count == 0).all()
+    for _ in range(warmup):
+        cold.step(_true_sed(cold))
+    for name, value in warm.get_state().items():
+        np.testing.assert_array_equal(value, cold.get_state()[name], err_msg=name)
+    # the first scored job is the one after the warm-up, and only it
+    first = warm.step(_true_sed(warm))
+    again = cold.step(_true_sed(cold))
+    np.testing.assert_array_equal(first.reward, again.reward)
+    np.testing.assert_array_equal(first.metrics, again.metrics)
+
+
+def test_a_job_admitted_when_every_live_node_is_full_is_counted(
+    small_demo: ExperimentConfig,
+) -> None:
+    """Tiny queues, heavy load and outages: the mask often falls back to full live nodes.
+    Every admitted job must stay in its node's count until its (FCFS) departure."""
+    world = _no_warmup(small_demo, queue_capacity=2, queue_threshold=1, load=0.95, outage_rate=0.05)
+    envs = 8
+    sim = MultiCloudSim(world, small_demo.reward, np.arange(envs) % world.regions)
+    _, mask = sim.reset(np.arange(envs) + 5)
+    rows = np.arange(envs)
+    done_at: list[list[list[float]]] = [[[] for _ in range(sim.num_actions)] for _ in rows]
+    rng = np.random.default_rng(1)
+    overfull = 0
+    for _ in range(1500):
+        actions = np.where(mask, rng.random(mask.shape), -1.0).argmax(axis=1)
+        overfull += int((sim.count[rows, actions] >= world.queue_capacity).sum())
+        arrival = sim.t.copy()
+        result = sim.step(actions)
+        regions = actions // sim.nodes_per_region
+        sojourn = result.metrics[:, LATENCY] / 1000.0 - sim.spec.rtt_s[sim.ingress, regions]
+        for b, a in enumerate(actions):
+            if not result.refused[b]:  # no room anywhere: turned away, never queued
+                node = done_at[b][a]  # FCFS: no job leaves before the one ahead of it
+                node.append(max([arrival[b] + sojourn[b], *node[-1:]]))
+        for b in rows:
+            expected = [sum(1 for c in node if c > sim.t[b] + 1e-9) for node in done_at[b]]
+            assert sim.count[b].tolist() == expected
+        mask = result.mask
+    assert overfull > 50, overfull  # the fallback was exercised
+    assert sim.count.max() > world.queue_capacity
+
+
+def test_with_no_room_anywhere_the_job_is_refused_at_the_worst_price(
+    small_demo: ExperimentConfig,
+) -> None:
+    world = _no_warmup(small_demo, queue_capacity=2, queue_threshold=1, outage_rate=0.0)
+    sim = MultiCloudSim(world, small_demo.reward, [0])
+    sim.reset([3], [0.0])
+    hard = sim.spec.hard_capacity
+    assert sim.ring.shape[2] == hard > world.queue_capacity
+    state = sim.get_state()
+    later = state["t"][0] + 100.0
+    state["ring"][:] = later
+    state["next_done"][:] = later
+    state["count"][:] = hard
+    state["backlog"][:] = 50.0
+    sim.set_state(state)
+    costs = sim.dispatch_costs()[0]  # the stored mask offers every (live) node
+    result = sim.step(np.array([int(np.argmin(costs))]))
+    assert result.refused[0] and not result.invalid[0]
+    assert result.reward[0] <= -costs.max()
+    assert result.metrics[0, METRIC_NAMES.index("slo_violation")] == 1.0
+    assert (sim.count == hard).all() and (sim.backlog <= 50.0).all()  # no load was added
+    assert result.mask.all()  # no room anywhere: every live node is offered
+
+
+def test_the_busiest_region_offers_the_configured_load(small_demo: ExperimentConfig) -> None:
+    """Mean arrival rate x mean service time over the mean spare capacity, per region."""
+    for regions in (1, 3, 4, 8):
+        world = replace(small_demo.world, regions=regions, load=0.9)
+        spec = MultiCloudSim(world, small_demo.reward, [0]).spec
+        node_region = np.repeat(np.arange(regions), spec.nodes_per_region)
+        spare = np.sum(spec.speed * (1.0 - spec.background_mean[node_region]))
+        offered = spec.arrival_rate * spec.mean_service_s / spare
+        assert (offered <= world.load * (1 + 1e-12)).all(), regions
+        assert offered.max() == pytest.approx(world.load, rel=1e-12)
+        assert offered.min() < world.load or regions == 1
+
+
+def test_completion_times_keep_their_precision_late_in_time(
+    small_demo: ExperimentConfig,
+) -> None:
+    """The same world shifted a million days later runs the same queues: completion times
+    are float64 (a float32 ring rounds them to about a second at that age)."""
+    ingress = np.arange(8) % small_demo.world.regions
+    sim = MultiCloudSim(small_demo.world, small_demo.reward, ingress)
+    assert sim.ring.dtype == np.float64
+    obs, mask = sim.reset(np.arange(8), np.zeros(8))
+    state = sim.get_state()
+    shift = 1e6 * small_demo.world.diurnal_period_s
+    late = dict(state)
+    for name in ("t", "ring", "next_done", "down_until"):
+        late[name] = state[name] + shift
+    early_frames = _run(sim, obs, mask, 400)
+    sim.set_state(late)
+    late_frames = _run(sim, obs, mask, 400)
+    for early, shifted in zip(early_frames, late_frames, strict=True):
+        np.testing.assert_array_equal(early[0], shifted[0])  # queue lengths
+        np.testing.assert_allclose(early[1], shifted[1], rtol=1e-5)  # latencies
+
+
+def _run(sim: MultiCloudSim, obs: np.ndarray, mask: np.ndarray, steps: int) -> list:
+    frames = []
+    for _ in range(steps):
+        result = sim.step(_deterministic_actions(sim, obs, mask))
+        obs, mask = result.obs, result.mask
+        frames.append((obs[:, sim.layout.queue], result.metrics[:, LATENCY]))
+    return frames

@@ -61,7 +61,7 @@ def observation_space(sim: MultiCloudSim) -> spaces.Box:
     layout = sim.layout
     low = np.zeros(layout.size, dtype=np.float32)
     high = np.ones(layout.size, dtype=np.float32)
-    high[layout.queue] = sim.spec.queue_capacity
+    high[layout.queue] = sim.spec.hard_capacity
     spec = sim.spec
     for where, mean, swing in (
         (layout.price, spec.price_mean, spec.price_swing),
@@ -94,8 +94,12 @@ class MultiCloudEnv(gym.Env[np.ndarray, np.int64]):
     `Discrete(regions * nodes_per_region)`: action `a` sends the job to node
     `a % nodes_per_region` of region `a // nodes_per_region` (Tier 1 load balancer, then
     Tier 2 scheduler). Nodes in an outage or with a full queue are invalid:
-    `info["action_mask"]` (bool, one entry per action) marks the valid ones. An invalid
-    action drops the job (latency of twice the SLO, one violation, no cost).
+    `info["action_mask"]` (bool, one entry per action) marks the valid ones. There are no
+    free drops: an invalid action sends the job to the valid node where its immediate
+    weighted cost is highest, with that node's real latency, cost, carbon, energy and load,
+    and sets `info["invalid_action"]`. When every live node is full the mask offers the
+    live nodes with headroom left; in the rare case that none has any, the job is refused
+    (`info["refused"]`: no load, scored as if served at the worst node, a violation).
 
     ## Observation Space
 
@@ -103,7 +107,7 @@ class MultiCloudEnv(gym.Env[np.ndarray, np.int64]):
 
     | slice | meaning | unit | min | max |
     |---|---|---|---|---|
-    | queue[N] | jobs in each node's queue (incl. in service) | jobs | 0 | queue_capacity |
+    | queue[N] | jobs in each node's queue (incl. in service) | jobs | 0 | hard capacity |
     | up[N] | 1 if the node is live, 0 during an outage | flag | 0 | 1 |
     | price[R] | hourly price of a speed-1.0 node in each region | USD/h | 0 | peak price |
     | carbon[R] | grid carbon intensity of each region | gCO2eq/kWh | 0 | peak carbon |
@@ -112,7 +116,8 @@ class MultiCloudEnv(gym.Env[np.ndarray, np.int64]):
     | clock[2] | sin and cos of the (compressed) time of day | -1..1 | -1 | 1 |
 
     `MultiCloudSim.layout` gives each slice. A region's peak price or carbon is its mean
-    times one plus its daily swing (`MultiCloudSim.spec`).
+    times one plus its daily swing, and a node's hard capacity is `queue_capacity` plus
+    headroom (`MultiCloudSim.spec.hard_capacity`).
 
     ## Rewards
 
@@ -120,18 +125,24 @@ class MultiCloudEnv(gym.Env[np.ndarray, np.int64]):
     + w_carbon * carbon / carbon_ref)` for the job just dispatched, with the weights of
     `RewardWeights` (default 0.6 / 0.25 / 0.1 / 0.05) and the estate's mean cost and
     carbon per job as references. `info` also carries the job's real-unit metrics:
-    `latency_ms`, `slo_violation`, `cost_usd`, `carbon_g`, `energy_kwh`.
+    `latency_ms`, `slo_violation`, `cost_usd`, `carbon_g`, `energy_kwh`, and the flags
+    `invalid_action` and `refused`.
 
     ## Starting State
 
-    Empty queues, every node live, the clock at midnight, the first job drawn from the
-    seed. `reset(seed=s)` uses world seed `s` (the same trajectory as `MultiCloudSim`
-    seeded with `s`); `reset()` draws the world seed from the env's generator.
+    Every node live, the clock at a phase of the (compressed) day drawn uniformly from the
+    world seed, or `options={"phase": p}` with `p` in [0, 1). From empty queues the world
+    then dispatches `world.warmup_jobs` jobs by itself (each to the node of shortest
+    expected delay on the true state; none is scored), so the first job the agent sees
+    meets a busy estate. `reset(seed=s)` uses world seed `s` (the same trajectory as
+    `MultiCloudSim` seeded with `s`); `reset()` draws the world seed from the env's
+    generator.
 
-    ## Episode End
+    ## Episode
 
-    The task is continuing: `terminated` is always False. `gymnasium.make` truncates after
-    `max_episode_steps` jobs (default 2000).
+    An episode is a stretch of `max_episode_steps` jobs starting anywhere in the day, so
+    training episodes cover the whole day. The task is continuing: `terminated` is always
+    False. `gymnasium.make` truncates after `max_episode_steps` jobs (default 2000).
 
     ## Arguments
 
@@ -174,13 +185,16 @@ class MultiCloudEnv(gym.Env[np.ndarray, np.int64]):
     ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
         world_seed = seed if seed is not None else int(self.np_random.integers(_MAX_SEED))
-        obs, mask = self.sim.reset([world_seed])
+        phase = (options or {}).get("phase")
+        obs, mask = self.sim.reset([world_seed], None if phase is None else [phase])
         return obs[0], {"action_mask": mask[0]}
 
     def step(self, action: int | np.integer) -> tuple[np.ndarray, float, bool, bool, dict]:
         result = self.sim.step(np.array([action], dtype=np.int64))
         info: dict[str, Any] = {"action_mask": result.mask[0]}
         info.update({name: float(v[0]) for name, v in _metrics_info(result.metrics).items()})
+        info["invalid_action"] = bool(result.invalid[0])
+        info["refused"] = bool(result.refused[0])
         return result.obs[0], float(result.reward[0]), False, False, info
 
 
@@ -190,7 +204,9 @@ class MultiCloudVectorEnv(VectorEnv):
     Same spaces, reward and info keys as `MultiCloudEnv`, batched (infos follow Gymnasium's
     vector convention: `info[key][k]` plus the bool `info["_" + key]`). Each env serves
     `ingress` (one region for all, or one per env). `reset(seed=s)` gives env k world seed
-    `s + k`, so env k matches `MultiCloudEnv` reset with `s + k`. Every env is truncated
+    `s + k`, so env k matches `MultiCloudEnv` reset with `s + k`; `options={"phases": p}`
+    gives env k start phase `p[k]` (else each phase is drawn from its world seed, and an
+    autoreset draws a new seed and phase). Every env is truncated
     after `max_episode_steps` jobs and restarted on its next step (next-step autoreset):
     that step ignores its action, returns the new episode's first observation, reward 0 and
     no metrics (`info["_latency_ms"][k]` is False).
@@ -252,7 +268,7 @@ class MultiCloudVectorEnv(VectorEnv):
             super().reset(seed=None)
             drawn = self._draw_seeds(self.num_envs)
             seeds = np.array([d if s is None else s for s, d in zip(seed, drawn, strict=True)])
-        obs, mask = self.sim.reset(seeds)
+        obs, mask = self.sim.reset(seeds, (options or {}).get("phases"))
         self._elapsed[:] = 0
         self._autoreset[:] = False
         ones = np.ones(self.num_envs, dtype=np.bool_)
@@ -275,7 +291,9 @@ class MultiCloudVectorEnv(VectorEnv):
         self._autoreset = truncated.copy()
         stepped = ~restarted
         info: dict[str, Any] = {"action_mask": mask, "_action_mask": np.ones_like(stepped)}
-        for name, values in _metrics_info(result.metrics).items():
+        flags = {"invalid_action": result.invalid, "refused": result.refused}
+        for name, values in (_metrics_info(result.metrics) | flags).items():
+            values[restarted] = 0
             info[name] = values
             info[f"_{name}"] = stepped.copy()
         terminated = np.zeros(self.num_envs, dtype=np.bool_)

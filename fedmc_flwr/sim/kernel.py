@@ -4,7 +4,25 @@ One call steps every environment of a batch. Each environment owns a counter-bas
 random stream (splitmix64 over a per-env state word), so an environment's trajectory
 depends only on its seed and its actions, never on the batch size or the order of the
 loop. Queues are FCFS: a node's unfinished work follows Lindley's recursion (exact
-waiting times), and a ring of predicted completion times gives its job count.
+waiting times), and a ring of predicted completion times (float64) gives its job count.
+
+Masks and admission. A node is offered while it is live and holds fewer than
+`queue_capacity` jobs. When every live node is that full, the mask falls back to the live
+nodes whose ring has room (the ring holds `queue_capacity` plus some headroom, see
+`signals.hard_capacity`), so an admitted job is always counted. In the pathological case
+where no live node has room at all, the mask offers every live node and the job is
+refused: it adds no load and no completion, and scores as if served at the worst valid
+node, with an SLO violation.
+
+No free drops. A job sent to a masked node (or an action out of range) is served at the
+valid node where its immediate weighted cost is highest, with that node's real latency,
+cost, carbon and energy and its load added: an invalid action never scores better than the
+worst way of serving the job.
+
+Episode start. `reset_kernel` puts each env's clock at its phase of the day (drawn from the
+env's own stream unless given) and lets the world dispatch `warmup_jobs` jobs by itself,
+each to the valid node of shortest expected delay on the true state (RTT from the ingress
++ (backlog + job size) / effective rate), before the first job a policy sees.
 
 The arrays below are laid out by `world.MultiCloudSim`; the estate's fixed arrays travel
 as one `statics` tuple, `(speed, power, price_mult, node_region, reg, rtt, p,
@@ -43,8 +61,10 @@ REGION_ROWS = 10
     PUE,
     BURST_SHARE,
     BURST_EXIT,
-) = range(18)
-SCALARS = 18
+    QUEUE_CAPACITY,
+    WARMUP_JOBS,
+) = range(20)
+SCALARS = 20
 
 # columns of the per-step metrics array
 LATENCY_MS, SLO_VIOLATION, COST_USD, CARBON_G, ENERGY_KWH = range(5)
@@ -144,10 +164,10 @@ def _weighted_cost(p, latency, violation, cost, carbon):
 
 
 @njit(cache=True, inline="always")
-def _observe(
-    b, t, clock, count, down_until, ingress, obs, mask, reg, node_region, nregions, capacity
-):
+def _observe(b, t, clock, count, down_until, ingress, obs, mask, reg, nregions, p, ring_size):
+    """Write env b's observation and mask (see the module docstring for the fallbacks)."""
     n_nodes = count.shape[1]
+    capacity = p[QUEUE_CAPACITY]
     s, c = clock[b, 0], clock[b, 1]
     any_valid = False
     for n in range(n_nodes):
@@ -157,7 +177,12 @@ def _observe(
         valid = up and count[b, n] < capacity
         mask[b, n] = valid
         any_valid = any_valid or valid
-    if not any_valid:  # every live node is full: admit anyway rather than drop everything
+    if not any_valid:  # every live node is full: admit into the headroom rather than drop
+        for n in range(n_nodes):
+            valid = down_until[b, n] <= t and count[b, n] < ring_size
+            mask[b, n] = valid
+            any_valid = any_valid or valid
+    if not any_valid:  # no room anywhere: every live node (the job will be refused)
         for n in range(n_nodes):
             mask[b, n] = down_until[b, n] <= t
     o = 2 * n_nodes
@@ -170,6 +195,58 @@ def _observe(
     o += 4 * nregions
     obs[b, o] = s
     obs[b, o + 1] = c
+
+
+@njit(cache=True, inline="always")
+def _admit(b, n, t, size, sojourn, backlog, ring, next_done, head, count):
+    """Queue env b's job on node n: its work joins the backlog, its completion the ring."""
+    capacity = ring.shape[2]
+    backlog[b, n] += size[b]
+    k = count[b, n]
+    slot = head[b, n] + k
+    slot = slot - capacity if slot >= capacity else slot
+    ring[b, n, slot] = t[b] + sojourn
+    count[b, n] = k + 1
+    if k == 0:
+        next_done[b, n] = ring[b, n, slot]
+
+
+@njit(cache=True)
+def _worst_valid(b, mask, ingress, size, clock, backlog, count, statics):
+    """The valid node where env b's job costs most (all nodes if none is valid)."""
+    p = statics[6]
+    n_nodes = mask.shape[1]
+    any_valid = False
+    for n in range(n_nodes):
+        any_valid = any_valid or mask[b, n]
+    worst, worst_cost = 0, -np.inf
+    for n in range(n_nodes):
+        if any_valid and not mask[b, n]:
+            continue
+        latency, violation, cost, _, carbon, _ = _outcome(
+            b, n, ingress[b], size[b], clock, backlog, count, statics
+        )
+        score = _weighted_cost(p, latency, violation, cost, carbon)
+        if score > worst_cost:
+            worst, worst_cost = n, score
+    return worst
+
+
+@njit(cache=True)
+def _shortest_expected_delay(b, mask, ingress, size, clock, backlog, statics):
+    """The valid node of shortest expected delay for env b's job, on the true state."""
+    speed, _, _, _, reg, rtt, _, nodes_per_region = statics
+    s, c = clock[b, 0], clock[b, 1]
+    best, best_delay = 0, np.inf
+    for n in range(mask.shape[1]):
+        if not mask[b, n]:
+            continue
+        r = n // nodes_per_region
+        rate = speed[n] * (1.0 - _background(reg, r, s, c))
+        delay = rtt[ingress[b], r] + (backlog[b, n] + size[b]) / rate
+        if delay < best_delay:
+            best, best_delay = n, delay
+    return best
 
 
 @njit(cache=True, inline="always")
@@ -242,6 +319,7 @@ def _advance(
 @njit(cache=True)
 def reset_kernel(
     envs,
+    phases,
     t,
     clock,
     backlog,
@@ -258,52 +336,60 @@ def reset_kernel(
     mask,
     statics,
 ):
-    """Empty the listed envs' estates, draw their first job and observe them."""
-    speed, _, _, node_region, reg, _, p, _ = statics
+    """Restart the listed envs at their phase of the day, warm them up, observe them.
+
+    `phases[j]` is env `envs[j]`'s start as a fraction of the day, NaN to take the uniform
+    its stream draws first (drawn in either case, so an explicit phase equal to the drawn
+    one gives the same trajectory). Then `warmup_jobs` jobs go, one by one as they
+    arrive, to the valid node of shortest expected delay; none is scored.
+    """
+    speed, _, _, _, reg, _, p, _ = statics
     nregions = reg.shape[1]
+    ring_size = ring.shape[2]
+    warmup = int(p[WARMUP_JOBS])
     for j in range(envs.shape[0]):
         b = envs[j]
-        t[b] = 0.0
-        clock[b, 0] = 0.0
-        clock[b, 1] = 1.0
+        drawn = _uniform(rng, b)
+        phase = drawn if math.isnan(phases[j]) else phases[j]
+        t[b] = phase * p[PERIOD]
+        theta = 2.0 * math.pi * phase
+        clock[b, 0] = math.sin(theta)
+        clock[b, 1] = math.cos(theta)
         backlog[b, :] = 0.0
         head[b, :] = 0
         next_done[b, :] = np.inf
         count[b, :] = 0
         down_until[b, :] = 0.0
         burst[b] = 0
-        _advance(
-            b,
-            t,
-            clock,
-            backlog,
-            ring,
-            next_done,
-            head,
-            count,
-            down_until,
-            rng,
-            burst,
-            size,
-            ingress,
-            speed,
-            reg,
-            p,
-        )
-        _observe(
-            b,
-            t[b],
-            clock,
-            count,
-            down_until,
-            ingress,
-            obs,
-            mask,
-            reg,
-            node_region,
-            nregions,
-            ring.shape[2],
-        )
+        for w in range(warmup + 1):
+            if w > 0:  # dispatch the waiting job by shortest expected delay, unscored
+                n = _shortest_expected_delay(b, mask, ingress, size, clock, backlog, statics)
+                if count[b, n] < ring_size:
+                    _, _, _, _, _, sojourn = _outcome(
+                        b, n, ingress[b], size[b], clock, backlog, count, statics
+                    )
+                    _admit(b, n, t, size, sojourn, backlog, ring, next_done, head, count)
+            _advance(
+                b,
+                t,
+                clock,
+                backlog,
+                ring,
+                next_done,
+                head,
+                count,
+                down_until,
+                rng,
+                burst,
+                size,
+                ingress,
+                speed,
+                reg,
+                p,
+            )
+            _observe(
+                b, t[b], clock, count, down_until, ingress, obs, mask, reg, nregions, p, ring_size
+            )
 
 
 @njit(cache=True, inline="always")
@@ -327,36 +413,31 @@ def _step_env(
     mask_out,
     reward,
     metrics,
+    invalid,
+    refused,
     statics,
 ):
     """Env b: dispatch its waiting job to its action, then advance to its next job."""
-    speed, _, _, node_region, reg, _, p, _ = statics
+    speed, _, _, _, reg, _, p, _ = statics
     nregions = reg.shape[1]
-    capacity = ring.shape[2]
+    ring_size = ring.shape[2]
     a = actions[b]
-    i = ingress[b]
-    if 0 <= a < mask.shape[1] and mask[b, a]:
-        latency, violation, cost, energy, carbon, sojourn = _outcome(
-            b,
-            a,
-            i,
-            size[b],
-            clock,
-            backlog,
-            count,
-            statics,
-        )
-        backlog[b, a] += size[b]
-        k = count[b, a]
-        if k < capacity:
-            slot = head[b, a] + k
-            slot = slot - capacity if slot >= capacity else slot
-            ring[b, a, slot] = t[b] + sojourn
-            count[b, a] = k + 1
-            if k == 0:
-                next_done[b, a] = ring[b, a, slot]
+    n = a
+    bad = not (0 <= a < mask.shape[1] and mask[b, a])
+    if bad:  # no free drops: served where it costs most
+        n = _worst_valid(b, mask, ingress, size, clock, backlog, count, statics)
+    full = count[b, n] >= ring_size
+    if full:  # no live node has room: refused, scored at the worst
+        n = _worst_valid(b, mask, ingress, size, clock, backlog, count, statics)
+    latency, violation, cost, energy, carbon, sojourn = _outcome(
+        b, n, ingress[b], size[b], clock, backlog, count, statics
+    )
+    if full:
+        violation = 1.0
     else:
-        latency, violation, cost, energy, carbon = 2.0 * p[SLO], 1.0, 0.0, 0.0, 0.0
+        _admit(b, n, t, size, sojourn, backlog, ring, next_done, head, count)
+    invalid[b] = bad
+    refused[b] = full
     metrics[b, LATENCY_MS] = latency * 1000.0
     metrics[b, SLO_VIOLATION] = violation
     metrics[b, COST_USD] = cost
@@ -382,18 +463,7 @@ def _step_env(
         p,
     )
     _observe(
-        b,
-        t[b],
-        clock,
-        count,
-        down_until,
-        ingress,
-        obs_out,
-        mask_out,
-        reg,
-        node_region,
-        nregions,
-        capacity,
+        b, t[b], clock, count, down_until, ingress, obs_out, mask_out, reg, nregions, p, ring_size
     )
 
 
@@ -417,13 +487,16 @@ def step_kernel(
     mask_out,
     reward,
     metrics,
+    invalid,
+    refused,
     statics,
 ):
     """Dispatch every env's pending job to its action, then advance to the next job.
 
     `mask` is the mask the actions were chosen under; the next job's observation and mask
-    go to `obs_out` and `mask_out`. A masked action drops the job: a timeout of twice the
-    SLO and a violation, no cost. One thread; see `step_kernel_parallel` for more.
+    go to `obs_out` and `mask_out`; `invalid[b]` and `refused[b]` say whether the job just
+    dispatched had a masked action (it went to the worst valid node), or found no room
+    anywhere (see the module docstring). One thread; see `step_kernel_parallel` for more.
     """
     for b in range(actions.shape[0]):
         _step_env(
@@ -446,6 +519,8 @@ def step_kernel(
             mask_out,
             reward,
             metrics,
+            invalid,
+            refused,
             statics,
         )
 
@@ -470,6 +545,8 @@ def step_kernel_parallel(
     mask_out,
     reward,
     metrics,
+    invalid,
+    refused,
     statics,
 ):
     """`step_kernel` as a parallel loop over envs, for large batches on several threads.
@@ -499,6 +576,8 @@ def step_kernel_parallel(
             mask_out,
             reward,
             metrics,
+            invalid,
+            refused,
             statics,
         )
 

@@ -74,6 +74,12 @@ BURST_EXIT = 0.01
 _CATALOGUE_SEED = 20261129
 
 
+def hard_capacity(queue_capacity: int) -> int:
+    """Jobs a node can hold at most: `queue_capacity` plus headroom (a quarter, at least 8)
+    for the jobs admitted when every live node is full."""
+    return queue_capacity + max(8, queue_capacity // 4)
+
+
 def _synthetic_regions(count: int) -> list[Region]:
     rng = np.random.default_rng(_CATALOGUE_SEED)
     regions = []
@@ -138,7 +144,8 @@ class WorldSpec:
     phase: np.ndarray
     """[R] phase of each region's local day (from its longitude), in radians."""
     arrival_rate: np.ndarray
-    """[R] mean jobs per second of each ingress region's own workload."""
+    """[R] mean jobs per second of each ingress region's own workload: the busiest region
+    offers `world.load` times the estate's mean spare capacity, the others less."""
     arrival_swing: float
     """Relative amplitude of the daily arrival cycle."""
     burstiness: np.ndarray
@@ -147,6 +154,11 @@ class WorldSpec:
     slo_s: float
     queue_threshold: int
     queue_capacity: int
+    """Jobs a node holds before it is masked out."""
+    hard_capacity: int
+    """Jobs a node can hold at most (its completion ring): see `hard_capacity()`."""
+    warmup_jobs: int
+    """Jobs the world dispatches by itself (shortest expected delay) when an episode starts."""
     pareto_alpha: float
     """0 for exponential job sizes."""
     diurnal_period_s: float
@@ -206,9 +218,11 @@ def build_spec(world: WorldConfig, reward: RewardWeights) -> WorldSpec:
     background = np.clip(world.background_load * np.array([r.crowding for r in regions]), 0, 0.9)
     spare = float(np.sum(speed * (1.0 - background[node_region])))
     mean_service_s = world.mean_service_ms / 1000.0
-    # Non-IID ingress workloads: rate and burst depth differ per ingress region.
+    # Non-IID ingress workloads: rate and burst depth differ per ingress region; the
+    # busiest region offers exactly the configured load (so load < 1 is stable everywhere).
     k = np.arange(world.regions)
     rate_mult = 1.0 + 0.15 * np.cos(1.7 * k + 0.4)
+    rate_mult /= rate_mult.max()
     burst_mult = 1.0 + 0.4 * np.sin(2.3 * k + 0.2)
     arrival_rate = world.load * spare / mean_service_s * rate_mult
     burstiness = np.clip(world.burstiness * burst_mult, 0.0, 0.95)
@@ -241,6 +255,8 @@ def build_spec(world: WorldConfig, reward: RewardWeights) -> WorldSpec:
         slo_s=world.slo_ms / 1000.0,
         queue_threshold=world.queue_threshold,
         queue_capacity=world.queue_capacity,
+        hard_capacity=hard_capacity(world.queue_capacity),
+        warmup_jobs=world.warmup_jobs,
         pareto_alpha=world.pareto_alpha if world.job_size == "pareto" else 0.0,
         diurnal_period_s=world.diurnal_period_s,
         time_varying=world.time_varying,
