@@ -8,7 +8,6 @@ the spread behind each confidence interval.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -199,14 +198,6 @@ def per_seed_rows(
     ]
 
 
-def _reset(sim: MultiCloudSim, seeds: np.ndarray, phases: np.ndarray) -> tuple:
-    """Start every held-out world at its own phase of the day; (obs, mask, the phases
-    applied), NaN phases where the world cannot be told where to start."""
-    if "phases" in inspect.signature(sim.reset).parameters:
-        return (*sim.reset(seeds, phases=phases), phases)
-    return (*sim.reset(seeds), np.full(len(seeds), np.nan))
-
-
 def evaluate(
     make_policy: PolicyFactory, cfg: ExperimentConfig, region: int, steps: int | None = None
 ) -> EvalResult:
@@ -217,7 +208,7 @@ def evaluate(
     phases = seed_spaces.heldout_phases(len(seeds))
     sim = MultiCloudSim(cfg.world, cfg.reward, np.full(len(seeds), region))
     policy = make_policy(sim)
-    obs, mask, phases = _reset(sim, seeds, phases)
+    obs, mask = sim.reset(seeds, phases=phases)
     reward_sum = np.zeros(len(seeds))
     metric_sum = np.zeros((len(seeds), len(METRIC_NAMES)))
     latencies = np.empty((steps, len(seeds)))
