@@ -110,6 +110,32 @@ def paired_difference(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> Estim
     return stratified_mean(diffs)
 
 
+def paired_over_seeds_and_worlds(diffs: Sequence[Sequence[np.ndarray]]) -> Estimate:
+    """A - B over several training seeds, judged on the same held-out worlds.
+
+    `diffs[s][r][k]` is the paired difference of training seed s on world k of region r.
+    Two independent sources of error: which training seeds were drawn (the spread of the
+    per-seed stratified means d_s) and which held-out worlds were drawn (shared by every
+    seed, so it does not average out over seeds: the stratified spread of the per-world
+    differences averaged over seeds). The interval adds both variances (conservative: the
+    seed-by-world noise is counted in each) and takes the Student-t quantile at the
+    smaller of the two degrees of freedom. With a dispatcher as B, the seed term alone
+    would only say how reproducible training is, not whether A beats B on new worlds.
+    """
+    runs = [[np.asarray(d, dtype=np.float64) for d in run] for run in diffs]
+    if len(runs) < 2:
+        raise ValueError("need two or more training seeds")
+    per_seed = np.array([np.mean([d.mean() for d in run]) for run in runs])
+    per_world = [np.mean([run[r] for run in runs], axis=0) for r in range(len(runs[0]))]
+    world = stratified_mean(per_world)
+    world_dof = sum(len(w) - 1 for w in per_world)
+    world_var = (world.half_width / stats.t.ppf(0.975, world_dof)) ** 2
+    seed_var = np.var(per_seed, ddof=1) / len(per_seed)
+    dof = min(len(per_seed) - 1, world_dof)
+    half_width = stats.t.ppf(0.975, dof) * np.sqrt(seed_var + world_var)
+    return Estimate(float(per_seed.mean()), float(half_width), int(sum(map(len, per_world))))
+
+
 def over_training_seeds(values: Sequence[float]) -> Estimate:
     """Mean over training seeds of one per-seed figure (a level or a paired difference
     d_s), with the Student-t 95% half-width over those seeds (df = n - 1): the spread of

@@ -38,6 +38,7 @@ from fedmc_flwr.evaluation import (
     Estimate,
     over_training_seeds,
     paired_difference,
+    paired_over_seeds_and_worlds,
     stratified_mean,
 )
 from fedmc_flwr.results import PER_SEED_FILE, PER_SEED_VALUES, read_per_seed
@@ -208,15 +209,20 @@ def _pairs(a: dict[int, Run], b: dict[int, Run]) -> list[tuple[Run, Run]] | None
 
 
 def compare(a: dict[int, Run], b: dict[int, Run]) -> tuple[Estimate, str] | None:
-    """A - B in reward, paired per eval seed; over training seeds when there are two or
-    more pairs of runs, else over eval seeds. None when they cannot be paired."""
+    """A - B in reward, paired per eval seed; with two or more pairs of runs the interval
+    covers both the training seeds and the eval seeds (`paired_over_seeds_and_worlds`),
+    else the eval seeds alone. None when they cannot be paired."""
     pairs = _pairs(a, b)
     if pairs is None:
         return None
-    diffs = [paired_difference(x.values["reward"], y.values["reward"]) for x, y in pairs]
-    if len(diffs) >= 2:
-        return over_training_seeds([d.mean for d in diffs]), "training seeds"
-    return diffs[0], "eval seeds"
+    if len(pairs) >= 2:
+        diffs = [
+            [x - y for x, y in zip(run.values["reward"], base.values["reward"], strict=True)]
+            for run, base in pairs
+        ]
+        return paired_over_seeds_and_worlds(diffs), "training and eval seeds"
+    run, base = pairs[0]
+    return paired_difference(run.values["reward"], base.values["reward"]), "eval seeds"
 
 
 def level(runs: dict[int, Run]) -> tuple[Estimate, str]:

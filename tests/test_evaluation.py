@@ -18,6 +18,7 @@ from fedmc_flwr.evaluation import (
     mean_over_regions,
     over_training_seeds,
     paired_difference,
+    paired_over_seeds_and_worlds,
     per_seed_rows,
     stratified_mean,
 )
@@ -170,3 +171,16 @@ def test_the_recorder_writes_per_seed_rows(tmp_path: Path) -> None:
     assert (learner["train_steps"] == 201).all()
     sed = dispatchers[dispatchers["policy"] == "sed"]
     np.testing.assert_array_equal(sed["reward"].to_numpy(), learner["reward"].to_numpy())
+
+
+def test_a_difference_over_training_seeds_keeps_the_worlds_spread() -> None:
+    """Five identical training seeds judged on the same worlds: the seeds agree perfectly,
+    yet the worlds were drawn, so the interval must stay the worlds' own."""
+    worlds = [np.array([0.1, -0.2, 0.3, 0.0]), np.array([0.2, 0.1, -0.1, 0.05])]
+    same = paired_over_seeds_and_worlds([worlds] * 5)
+    alone = stratified_mean(worlds)
+    assert same.mean == pytest.approx(alone.mean)
+    world_se = alone.half_width / stats.t.ppf(0.975, 6)
+    assert same.half_width == pytest.approx(stats.t.ppf(0.975, 4) * world_se)
+    shifted = [[w + shift for w in worlds] for shift in (-0.05, 0.0, 0.05, 0.1, -0.1)]
+    assert paired_over_seeds_and_worlds(shifted).half_width > same.half_width

@@ -108,11 +108,22 @@ def test_metrics_rows_of_a_real_run(runs: list[Path]) -> None:
     for rnd in (1, 2):
         with np.load(out / "checkpoints" / f"round_{rnd:03d}.npz", allow_pickle=False) as ckpt:
             assert all(np.isfinite(ckpt[k]).all() for k in ckpt.files)
-    assert {p.name for p in (out / "plots").iterdir()} >= {"reward.png", "latency.png"}
+    assert {p.name for p in (out / "plots").iterdir()} >= {
+        "reward.png",
+        "latency.png",
+        "paired.png",
+    }
+    per_seed = _rows(out / "per_seed.csv")
+    learner = [r for r in per_seed if r["policy"] == "ppo-fedavg"]
+    assert {(r["round"], r["client"]) for r in learner} == {
+        (rnd, c) for rnd in ("1", "2") for c in REGIONS
+    }
+    assert {r["round"] for r in per_seed if r["policy"] == "sed"} == {"0"}
 
 
-def test_same_config_and_seed_give_identical_metrics(runs: list[Path]) -> None:
-    first, second = ((out / "metrics.csv").read_bytes() for out in runs)
+@pytest.mark.parametrize("table", ["metrics.csv", "per_seed.csv"])
+def test_same_config_and_seed_give_identical_metrics(runs: list[Path], table: str) -> None:
+    first, second = ((out / table).read_bytes() for out in runs)
     assert first == second
 
 
