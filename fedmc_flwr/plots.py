@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
@@ -69,15 +70,7 @@ def _panel(rows: pd.DataFrame, column: str, ci: str | None, label: str, title: s
             ax.hlines(
                 group[column].mean(), *span, colors=color, linestyles="--", lw=1, label=policy
             )
-    ax.set_xlabel("round")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylabel(label)
-    ax.set_title(title)
-    ax.set_xlim(*span)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax, label, title, span)
 
 
 def _paired_panel(diffs: dict[str, pd.DataFrame], title: str) -> Figure:
@@ -101,9 +94,15 @@ def _paired_panel(diffs: dict[str, pd.DataFrame], title: str) -> Figure:
             )
     span = (min(rounds) - 0.2, max(rounds) + 0.2)
     ax.axhline(0.0, color="black", lw=1)
+    ylabel = "paired difference in reward per job\n(> 0: learner better; 95% CI)"
+    return _finish(fig, ax, ylabel, title, span)
+
+
+def _finish(fig: Figure, ax: Axes, ylabel: str, title: str, span: tuple[float, float]) -> Figure:
+    """Axes, labels and legend every per-round panel shares."""
     ax.set_xlabel("round")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylabel("paired difference in reward per job\n(> 0: learner better; 95% CI)")
+    ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.set_xlim(*span)
     ax.grid(alpha=0.3)
