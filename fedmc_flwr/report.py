@@ -328,7 +328,7 @@ def table(summaries: list[PolicySummary], baselines: Sequence[str]) -> list[list
                 row += ["n/a (training seeds differ)", ""]
             else:
                 diff, over = s.versus[base]
-                suffix = "" if over == "training seeds" else " (eval seeds)"
+                suffix = " (eval seeds)" if over == "eval seeds" else ""
                 row += [_pm(diff) + suffix, diff.verdict()]
         rows.append(row)
     return rows
@@ -360,7 +360,9 @@ def describe(policies: dict[str, dict[int, Run]], frame: pd.DataFrame) -> str:
     taken = ", ".join(map(str, rounds)) if rounds else "-"
     return (
         f"held-out split '{frame['split'].iloc[0]}': {regions} regions x {per_region} worlds; "
-        f"learners at round {taken}; rewards are means per job (higher is better)"
+        f"learners at round {taken}; rewards are means per job (higher is better); a "
+        "learner's difference over several training seeds has an interval over both the "
+        "training seeds and the eval seeds"
     )
 
 

@@ -119,6 +119,7 @@ def test_cli_prints_the_table_with_verdicts(tmp_path: Path, capsys) -> None:
     assert set(lines) == {"sed", "jsq", "ppo-fedavg"}
     assert "worse" in lines["jsq"] and "(baseline)" in lines["sed"]
     assert "training seeds" in lines["ppo-fedavg"] and "eval seeds" in lines["sed"]
+    assert "(eval seeds)" not in lines["ppo-fedavg"]  # its differences span both
     assert "learners at round 2" in out
     assert main(["report", *dirs, "--baseline", "sed", "--markdown", "--round", "1"]) == 0
     out = capsys.readouterr().out
