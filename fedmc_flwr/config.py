@@ -10,13 +10,14 @@ and dotted `key=value` overrides (from the CLI or Flower's run config) apply las
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 
 class ConfigError(ValueError):
@@ -180,6 +181,10 @@ class ExperimentConfig:
 # --- range checks: key -> (test, what is allowed) -----------------------------------------
 
 _Check = tuple[Callable[[Any], bool], str]
+_KEY_LIKE = re.compile(r"[A-Za-z_][\w.\[\]-]{0,63}")
+"""What a config key looks like, so that an error may name it."""
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+"""An experiment name: one directory inside the results directory, never a path."""
 
 
 def _positive(v: Any) -> bool:
@@ -199,6 +204,10 @@ def _unit_half_open(v: Any) -> bool:
 
 
 _RANGES: dict[str, _Check] = {
+    "name": (
+        lambda v: _PLAIN_NAME.fullmatch(v) is not None,
+        "a plain directory name (letters, digits, '.', '_', '-'; starting with a letter or digit)",
+    ),
     "seed": (_non_negative, "an integer >= 0"),
     "world.regions": (lambda v: 1 <= v <= 64, "an integer from 1 to 64"),
     "world.nodes_per_region": (lambda v: 1 <= v <= 1024, "an integer from 1 to 1024"),
@@ -271,10 +280,16 @@ def _check_ranges(cfg: DictConfig, source: str) -> None:
 
 
 def _describe(exc: OmegaConfBaseException) -> str:
-    """OmegaConf's message without its multi-line context, plus the key it is about."""
-    key = getattr(exc, "full_key", None) or "?"
+    """The key an error is about and OmegaConf's first line, but never a file's content: a
+    file that is not a config (say, `--config /etc/passwd`) parses as one long unknown key,
+    which is named only when it looks like a key."""
+    key = str(getattr(exc, "full_key", None) or "")
+    if not _KEY_LIKE.fullmatch(key):
+        return "holds an entry that is not a config key (not shown)"
+    if isinstance(exc, ConfigKeyError):
+        return f"{key}: not a config key"
     message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return f"{key}: {message}"
+    return f"{key}: {message[:200]}"
 
 
 def _read_yaml(path: Path, chain: tuple[Path, ...] = ()) -> DictConfig:

@@ -22,6 +22,8 @@ BAD_FILES = {  # YAML body after `inherits: small_demo.yaml` -> key the error mu
     ),
     "unknown strategy": ("federation:\n  strategy: fedsgd\n", "federation.strategy"),
     "threshold over capacity": ("world:\n  queue_threshold: 40\n", "world.queue_threshold"),
+    "name leaves the results directory": ("name: ../../escape\n", "name"),
+    "name is a path": ("name: a/b\n", "name"),
 }
 
 
@@ -86,3 +88,14 @@ def test_ablations_differ_from_small_demo_only_in_name_and_federation(
 def test_the_old_strategy_name_points_to_its_two_meanings(small_demo_path: Path) -> None:
     with pytest.raises(ConfigError, match="proximal_mu"):
         load_config(small_demo_path, ["federation.strategy=fedprox"])
+
+
+def test_an_error_never_echoes_a_file_that_is_not_a_config(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    secret = "root:x:0:0:root:/root:/bin/bash hunter2 private line"
+    stray = tmp_path / "passwd"
+    stray.write_text(f"{secret}\n{secret}\n")
+    line = _fails_with_one_line(capsys, ["baselines", "--config", str(stray)])
+    assert str(stray) in line
+    assert "hunter2" not in line and "root:x" not in line
