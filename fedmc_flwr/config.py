@@ -16,12 +16,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
+from fedmc_flwr.errors import InputError
 
-class ConfigError(ValueError):
+
+class ConfigError(InputError, ValueError):
     """A configuration problem, worded as one line for the person who wrote the file."""
+
+    label = "config error: "
 
 
 @dataclass
@@ -144,6 +149,27 @@ class FederationConfig:
     proximal_mu: float = 0.0
     """FedProx (Li et al. 2020): each client adds mu/2 * ||w - w_global||^2 to its loss, so
     its local weights stay near the round's global ones (0 turns it off)."""
+    aggregation: str = "mean"
+    """How the regions' networks are combined: 'mean' (weighted by environment steps),
+    'trimmed-mean' (per coordinate, the `trim_fraction` largest and smallest values of the
+    regions dropped first) or 'median' (per coordinate). The last two bound what one broken
+    or hostile region can do to the global model; statistics are always pooled exactly."""
+    trim_fraction: float = 0.2
+    """Share of regions cut at each end per coordinate by 'trimmed-mean' (at least one
+    region must be cut: trim_fraction * regions >= 1)."""
+    clip: float = 0.0
+    """Clip each region's update (its change of the network weights this round) to at most
+    `clip` times the round's median update norm before combining; 0 turns clipping off."""
+    min_regions: int = 1
+    """Healthy region updates a round needs to complete. A region that fails (raises, times
+    out, sends a malformed or non-finite update) is left out of the round and recorded as a
+    `failed` row in metrics.csv; with fewer healthy regions than this the run stops."""
+    round_timeout_s: float = 1800.0
+    """A region that has not replied this many seconds after a round (training or
+    evaluation) was sent is a failed region for that round."""
+    deadline_s: float = 0.0
+    """`fedmc run` stops the run after this many seconds of wall clock, keeping every
+    finished round (resumable with --resume); 0 means no deadline."""
 
 
 @dataclass
@@ -158,6 +184,26 @@ class EvalConfig:
     """Which held-out seeds: 'test' (reported results) or 'validation' (tuning). The two
     sets are disjoint from each other and from every training seed (`fedmc_flwr.seeds`),
     and neither depends on the experiment seed, so every training seed meets the same ones."""
+
+
+@dataclass
+class FaultConfig:
+    """A fault injected into one region's reply in one round, to exercise the federation's
+    defences (tests, drills). Never set in a real experiment."""
+
+    region: int = 0
+    """Region index whose client misbehaves."""
+    round: int = 1
+    """Federated round in which it misbehaves (its training reply)."""
+    kind: str = "raise"
+    """'raise' (the client fails), 'hang' (it replies only after the round timeout), 'nan'
+    (a NaN in its weights), 'shape' (a weight array of the wrong shape), 'examples' (an
+    absurd environment-step count) or 'scale' (its update multiplied by `scale`)."""
+    scale: float = 1000.0
+    """Factor on the region's update for kind 'scale'."""
+
+
+FAULT_KINDS = ("raise", "hang", "nan", "shape", "examples", "scale")
 
 
 @dataclass
@@ -176,6 +222,8 @@ class ExperimentConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     federation: FederationConfig = field(default_factory=FederationConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    faults: list[FaultConfig] = field(default_factory=list)
+    """Injected faults (see FaultConfig); empty in every real experiment."""
 
 
 # --- range checks: key -> (test, what is allowed) -----------------------------------------
@@ -208,8 +256,8 @@ _RANGES: dict[str, _Check] = {
         lambda v: _PLAIN_NAME.fullmatch(v) is not None,
         "a plain directory name (letters, digits, '.', '_', '-'; starting with a letter or digit)",
     ),
-    "seed": (_non_negative, "an integer >= 0"),
-    "world.regions": (lambda v: 1 <= v <= 64, "an integer from 1 to 64"),
+    "seed": (lambda v: 0 <= v < 2**63, "an integer from 0 to 2**63 - 1"),
+    "world.regions": (lambda v: 1 <= v <= 256, "an integer from 1 to 256"),
     "world.nodes_per_region": (lambda v: 1 <= v <= 1024, "an integer from 1 to 1024"),
     "world.slo_ms": (_positive, "a number > 0"),
     "world.queue_threshold": (_positive, "an integer > 0"),
@@ -231,7 +279,10 @@ _RANGES: dict[str, _Check] = {
     "ppo.num_envs": (_positive, "an integer > 0"),
     "ppo.rollout_steps": (_positive, "an integer > 0"),
     "ppo.learning_rate": (_positive, "a number > 0"),
-    "ppo.gamma": (lambda v: 0 <= v <= 1, "a number in [0, 1]"),
+    "ppo.gamma": (
+        lambda v: 0 <= v < 1,
+        "a number in [0, 1) (the task never ends, so returns need a discount below 1)",
+    ),
     "ppo.gae_lambda": (lambda v: 0 <= v <= 1, "a number in [0, 1]"),
     "ppo.num_minibatches": (_positive, "an integer > 0"),
     "ppo.update_epochs": (_positive, "an integer > 0"),
@@ -250,6 +301,15 @@ _RANGES: dict[str, _Check] = {
     ),
     "federation.mu": (_unit_half_open, "a number in [0, 1)"),
     "federation.proximal_mu": (_non_negative, "a number >= 0"),
+    "federation.aggregation": (
+        lambda v: v in AGGREGATIONS,
+        "'mean', 'trimmed-mean' or 'median'",
+    ),
+    "federation.trim_fraction": (lambda v: 0 < v < 0.5, "a number in (0, 0.5)"),
+    "federation.clip": (_non_negative, "a number >= 0 (0 turns clipping off)"),
+    "federation.min_regions": (lambda v: v >= 1, "an integer >= 1"),
+    "federation.round_timeout_s": (_positive, "a number of seconds > 0"),
+    "federation.deadline_s": (_non_negative, "a number of seconds >= 0 (0: no deadline)"),
     "eval.seeds": (
         lambda v: 2 <= v <= 1_000_000,
         "an integer from 2 (confidence intervals need two) to 1000000",
@@ -257,6 +317,95 @@ _RANGES: dict[str, _Check] = {
     "eval.steps": (_positive, "an integer > 0"),
     "eval.split": (lambda v: v in ("test", "validation"), "'test' or 'validation'"),
 }
+
+
+AGGREGATIONS = ("mean", "trimmed-mean", "median")
+
+MAX_NODES = 16_384
+"""Most nodes an estate may have (world.regions x world.nodes_per_region)."""
+MEMORY_LIMIT_BYTES = 2 * 2**30
+"""Largest estimated working set of one learner's training or one region's evaluation."""
+OBS_FLOATS_PER_NODE = 16
+"""Upper bound on the observation's float32 values per node (the estimate's assumption;
+`tests/test_config.py` holds the world's layout to it)."""
+OBS_FLOATS_PER_REGION = 16
+"""Upper bound on the observation's float32 values per region, clock included."""
+
+
+def working_set_bytes(cfg: DictConfig | ExperimentConfig) -> dict[str, int]:
+    """Estimated bytes of one learner's training and of one region's held-out evaluation.
+
+    Training keeps `ppo.num_envs` worlds and a rollout of `ppo.rollout_steps` steps of
+    them; evaluation keeps `eval.seeds` worlds and every job's latency (for the p95). A
+    world holds at most `2 * queue_capacity + 8` float64 completion times per node, eight
+    per-node arrays, its observation and mask, and room for as many per-node temporaries
+    again (a dispatcher scoring every node); a rollout step holds the observation (at most
+    OBS_FLOATS_PER_NODE float32 per node and OBS_FLOATS_PER_REGION per region), the mask
+    (a byte per node) and a few scalars. The estimate is how validation rejects, before any
+    work starts, an estate too large for its batch (say 64 regions x 1024 nodes with the
+    default 64 x 128 rollout: ~36 GiB), rather than letting it fail hours later.
+    """
+    world, ppo = cfg.world, cfg.ppo
+    nodes = world.regions * world.nodes_per_region
+    per_step = nodes * (4 * OBS_FLOATS_PER_NODE + 1) + world.regions * 4 * OBS_FLOATS_PER_REGION
+    per_step += 64
+    per_world = nodes * (2 * world.queue_capacity + 8 + 2 * 8) * 8 + per_step
+    return {
+        "training": ppo.num_envs * (per_world + ppo.rollout_steps * per_step),
+        "evaluation": cfg.eval.seeds * (per_world + cfg.eval.steps * 8),
+    }
+
+
+def _check_size(cfg: DictConfig, source: str) -> None:
+    nodes = cfg.world.regions * cfg.world.nodes_per_region
+    if nodes > MAX_NODES:
+        raise ConfigError(
+            f"{source}: world.regions x world.nodes_per_region = {nodes} nodes is not allowed; "
+            f"expected at most {MAX_NODES}"
+        )
+    needs = working_set_bytes(cfg)
+    knobs = {
+        "training": "ppo.num_envs, ppo.rollout_steps or the estate",
+        "evaluation": "eval.seeds, eval.steps or the estate",
+    }
+    for part, size in needs.items():
+        if size > MEMORY_LIMIT_BYTES:
+            raise ConfigError(
+                f"{source}: {part} would need ~{size / 2**30:.1f} GiB for {nodes} nodes, more "
+                f"than the {MEMORY_LIMIT_BYTES / 2**30:.0f} GiB allowed; lower {knobs[part]}"
+            )
+
+
+def _check_federation(cfg: DictConfig, source: str) -> None:
+    federation, regions = cfg.federation, cfg.world.regions
+    if federation.min_regions > regions:
+        raise ConfigError(
+            f"{source}: federation.min_regions = {federation.min_regions} is not allowed; "
+            f"expected at most world.regions ({regions})"
+        )
+    if federation.aggregation == "trimmed-mean" and int(federation.trim_fraction * regions) < 1:
+        raise ConfigError(
+            f"{source}: federation.trim_fraction = {federation.trim_fraction} trims no region "
+            f"of {regions}; expected at least {1 / regions:.3g} (or aggregation 'median')"
+        )
+    for k, fault in enumerate(cfg.faults):
+        where = f"{source}: faults[{k}]"
+        if fault.kind not in FAULT_KINDS:
+            raise ConfigError(
+                f"{where}.kind = {fault.kind!r} is not allowed; expected {FAULT_KINDS}"
+            )
+        if not 0 <= fault.region < regions:
+            raise ConfigError(
+                f"{where}.region = {fault.region} is not allowed; expected 0 to {regions - 1}"
+            )
+        if not 1 <= fault.round <= cfg.train.rounds:
+            raise ConfigError(
+                f"{where}.round = {fault.round} is not allowed; expected 1 to {cfg.train.rounds}"
+            )
+        if not math.isfinite(fault.scale):
+            raise ConfigError(
+                f"{where}.scale = {fault.scale} is not allowed; expected a finite number"
+            )
 
 
 def _check_ranges(cfg: DictConfig, source: str) -> None:
@@ -277,6 +426,8 @@ def _check_ranges(cfg: DictConfig, source: str) -> None:
             f"{source}: ppo.num_minibatches = {cfg.ppo.num_minibatches} is not allowed; "
             "expected at most ppo.num_envs * ppo.rollout_steps"
         )
+    _check_size(cfg, source)
+    _check_federation(cfg, source)
 
 
 def _describe(exc: OmegaConfBaseException) -> str:
@@ -324,16 +475,34 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> ExperimentCo
         merged = OmegaConf.merge(schema, _read_yaml(path))
     except OmegaConfBaseException as exc:
         raise ConfigError(f"{source}: {_describe(exc)}") from None
-    overrides = list(overrides)
     for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"override {item!r}: expected key=value")
-    try:
-        merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(overrides))
-    except OmegaConfBaseException as exc:
-        raise ConfigError(f"{source} (override): {_describe(exc)}") from None
+        key = item.split("=", 1)[0]
+        if "=" not in item or not _KEY_LIKE.fullmatch(key):
+            shown = repr(item) if len(item) <= 80 else repr(item[:77] + "...")
+            raise ConfigError(f"override {shown}: expected key=value with a dotted config key")
+        try:
+            merged = OmegaConf.merge(merged, OmegaConf.from_dotlist([item]))
+        except OmegaConfBaseException as exc:
+            raise ConfigError(f"{source} (override): {_describe(exc)}") from None
+        except yaml.YAMLError:
+            raise ConfigError(f"override {key}: its value is not valid YAML") from None
+    _refuse_interpolations(OmegaConf.to_container(merged, resolve=False), source, "")
     _check_ranges(merged, source)
     return OmegaConf.to_object(merged)  # type: ignore[return-value]
+
+
+def _refuse_interpolations(value: object, source: str, key: str) -> None:
+    """No `${...}` anywhere: OmegaConf would resolve it (environment variables included),
+    so a config could pull values from outside itself. A config says its values."""
+    if isinstance(value, dict):
+        for name, item in value.items():
+            _refuse_interpolations(item, source, f"{key}.{name}" if key else str(name))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _refuse_interpolations(item, source, f"{key}[{index}]")
+    elif isinstance(value, str) and "${" in value:
+        shown = key if _KEY_LIKE.fullmatch(key) else "a value"
+        raise ConfigError(f"{source}: {shown}: interpolations ('${{...}}') are not allowed")
 
 
 def to_yaml(cfg: ExperimentConfig) -> str:

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fedmc_flwr.cli import main
-from fedmc_flwr.config import ConfigError, load_config
+from fedmc_flwr.config import (
+    OBS_FLOATS_PER_NODE,
+    OBS_FLOATS_PER_REGION,
+    ConfigError,
+    ExperimentConfig,
+    load_config,
+)
+from fedmc_flwr.sim.world import MultiCloudSim
 
 BAD_FILES = {  # YAML body after `inherits: small_demo.yaml` -> key the error must name
     "unknown key": ("world:\n  colour: blue\n", "world.colour"),
@@ -99,3 +107,23 @@ def test_an_error_never_echoes_a_file_that_is_not_a_config(
     line = _fails_with_one_line(capsys, ["baselines", "--config", str(stray)])
     assert str(stray) in line
     assert "hunter2" not in line and "root:x" not in line
+
+
+def test_the_memory_estimate_covers_the_worlds_observation(small_demo: ExperimentConfig) -> None:
+    """working_set_bytes assumes at most OBS_FLOATS_PER_NODE / _PER_REGION values per node and
+    region, and hard capacity at most 2 * queue_capacity + 8: the world must stay within."""
+    for regions, nodes in ((1, 1), (3, 6), (20, 50)):
+        world = replace(small_demo.world, regions=regions, nodes_per_region=nodes)
+        sim = MultiCloudSim(world, small_demo.reward, np.zeros(1, dtype=np.int64))
+        bound = regions * nodes * OBS_FLOATS_PER_NODE + regions * OBS_FLOATS_PER_REGION
+        assert sim.obs_dim <= bound
+        assert sim.spec.hard_capacity <= 2 * world.queue_capacity + 8
+
+
+def test_an_estate_too_large_for_its_batch_is_refused(small_demo_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"training would need ~.* GiB"):
+        load_config(small_demo_path, ["world.regions=40", "world.nodes_per_region=400"])
+    with pytest.raises(ConfigError, match="16384"):
+        load_config(small_demo_path, ["world.regions=64", "world.nodes_per_region=1024"])
+    fits = ["world.regions=100", "world.nodes_per_region=100", "ppo.num_envs=16"]
+    load_config(small_demo_path, [*fits, "ppo.rollout_steps=64"])

@@ -1,0 +1,20 @@
+"""The two kinds of failure the `fedmc` command reports in one line.
+
+Every module raises its own exception class, each a subclass of one of these, so the
+command line sorts them without importing the modules that raise them: `InputError` is a
+problem with what the user gave (a config, a file, an existing experiment) and exits with
+2; `RunFailure` is a run that could not be carried out and exits with 1.
+"""
+
+from __future__ import annotations
+
+
+class InputError(Exception):
+    """Bad input: one line naming what is wrong, exit code 2."""
+
+    label = ""
+    """Words the command puts before the message."""
+
+
+class RunFailure(Exception):
+    """A run that could not be carried out: one line, exit code 1."""
