@@ -4,19 +4,28 @@
 fixed set of columns, so every producer (baselines, centralised or local training, the
 federation) writes rows that one plotting and analysis path can read. It holds only what
 the config and seed determine, so a rerun reproduces it bit for bit; wall-clock figures
-(steps per second, wall time) go to `timing.csv` next to it, keyed the same way. Rows are
-flushed as they are written: a crash loses at most the row being written.
+(steps per second, wall time) go to `timing.csv` next to it, keyed the same way.
+
+A batch of rows (say, one round's training rows) is appended with one `write` call on a
+file opened for appending and synced to disk, so a process killed at any moment leaves
+either all of the batch or none of it; `keep_rows` (used to resume a run) drops anything
+after the last complete line as well.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import math
-from collections.abc import Iterable, Mapping
+import os
+import shutil
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from fedmc_flwr.errors import InputError
 
 COLUMNS: tuple[str, ...] = (
     "experiment",
@@ -40,8 +49,10 @@ COLUMNS: tuple[str, ...] = (
     "approx_kl",
     "clipfrac",
     "explained_variance",
+    "reason",
 )
-"""Column order of metrics.csv. cost_usd, carbon_g and energy_kwh are means per job."""
+"""Column order of metrics.csv. cost_usd, carbon_g and energy_kwh are means per job;
+`reason` says why a region failed (phase `failed`) and is empty otherwise."""
 
 TIMING_COLUMNS: tuple[str, ...] = (
     "experiment",
@@ -91,14 +102,95 @@ PER_SEED_VALUES: tuple[str, ...] = PER_SEED_COLUMNS[10:]
 
 PER_SEED_FILE = "per_seed.csv"
 
-PHASES = ("train", "eval")
+PHASES = ("train", "eval", "failed")
+"""`failed` rows name a region that was left out of a round's training or evaluation."""
+
+EXPERIMENT_FILES = (
+    "metrics.csv",
+    "timing.csv",
+    PER_SEED_FILE,
+    "config.yaml",
+    "progress.json",
+    "status.json",
+    "checkpoints",
+    "clients",
+    "plots",
+)
+"""What a run writes into its experiment directory (and `--overwrite` removes)."""
 
 
-def experiment_dir(results_dir: str | Path, experiment: str) -> Path:
-    """`<results_dir>/<experiment>/`, created, as an absolute path."""
-    path = Path(results_dir).expanduser().resolve() / experiment
+class ExperimentExists(InputError, FileExistsError):
+    """An experiment directory already holds results and nobody said what to do with them."""
+
+
+def experiment_path(results_dir: str | Path, experiment: str) -> Path:
+    """`<results_dir>/<experiment>/` as an absolute path (not created)."""
+    return Path(results_dir).expanduser().resolve() / experiment
+
+
+def holds_results(path: Path) -> bool:
+    """Whether an experiment directory already holds a run's results."""
+    return (path / "metrics.csv").exists()
+
+
+def experiment_dir(results_dir: str | Path, experiment: str, *, overwrite: bool = True) -> Path:
+    """`<results_dir>/<experiment>/`, created, as an absolute path.
+
+    With `overwrite=False`, a directory that already holds results is an `ExperimentExists`
+    error; with `overwrite=True` the files a run writes there are removed first, so no row
+    of the earlier run can mix with the new ones.
+    """
+    path = experiment_path(results_dir, experiment)
+    if holds_results(path):
+        if not overwrite:
+            raise ExperimentExists(
+                f"{path} already holds results; pass --overwrite to replace them"
+                " (or --resume to continue a federated run)"
+            )
+        clear_experiment(path)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def clear_experiment(path: Path) -> None:
+    """Remove what a run writes into `path` (EXPERIMENT_FILES), nothing else."""
+    for name in EXPERIMENT_FILES:
+        target = path / name
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        elif target.exists() or target.is_symlink():
+            target.unlink()
+
+
+def append_text(path: Path, text: str) -> None:
+    """Append `text` with one write call and sync it (see the module docstring)."""
+    data = text.encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        view = memoryview(data)
+        while view:  # a regular file takes it all at once unless the disk is full
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def keep_rows(path: Path, keep: Callable[[dict[str, str]], bool]) -> int:
+    """Rewrite the CSV at `path` (atomically) with only the rows `keep` accepts; a last
+    line without its newline (a write cut short) is dropped too. Returns the rows kept."""
+    text = path.read_text()
+    complete = text[: text.rfind("\n") + 1]
+    reader = csv.DictReader(io.StringIO(complete))
+    header = reader.fieldnames or []
+    kept = [row for row in reader if keep(row)]
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=header, lineterminator="\r\n")
+    writer.writeheader()
+    writer.writerows(kept)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(buffer.getvalue())
+    os.replace(partial, path)
+    return len(kept)
 
 
 def _cell(value: Any) -> str:
@@ -122,19 +214,24 @@ class MetricsWriter:
         if not append or not self.path.exists():
             with self.path.open("w", newline="") as handle:
                 csv.writer(handle).writerow(columns)
+        else:
+            with self.path.open(newline="") as handle:
+                header = next(csv.reader(handle), [])
+            if tuple(header) != columns:
+                raise ValueError(f"{self.path}: its columns are not {columns[:3]}...")
 
     def write(self, rows: Iterable[Mapping[str, Any]]) -> None:
-        """Append `rows` (missing columns stay empty) and flush them to disk."""
-        lines = []
+        """Append `rows` (missing columns stay empty) as one batch (see the module docstring)."""
+        buffer = io.StringIO()
+        writer = csv.writer(buffer)
         for row in rows:
             unknown = set(row) - set(self.columns)
             if unknown:
                 raise KeyError(f"unknown metrics columns: {sorted(unknown)}")
             if "phase" in self.columns and row.get("phase") not in PHASES:
                 raise ValueError(f"phase must be one of {PHASES}, got {row.get('phase')!r}")
-            lines.append([_cell(row.get(column)) for column in self.columns])
-        with self.path.open("a", newline="") as handle:
-            csv.writer(handle).writerows(lines)
+            writer.writerow([_cell(row.get(column)) for column in self.columns])
+        append_text(self.path, buffer.getvalue())
 
 
 def per_seed_writer(out_dir: str | Path) -> MetricsWriter:
