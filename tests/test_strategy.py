@@ -8,16 +8,16 @@ import pytest
 from fedmc_flwr.config import FederationConfig
 from fedmc_flwr.evaluation import EvalResult
 from fedmc_flwr.federation import wire
-from fedmc_flwr.federation.strategy import (
+from fedmc_flwr.federation.accounting import split_update
+from fedmc_flwr.federation.aggregation import (
     RegionUpdate,
     aggregate,
     by_region,
     check_update,
-    policy_name,
     shrink,
-    split_update,
     weighted_mean,
 )
+from fedmc_flwr.federation.strategy import policy_name
 from fedmc_flwr.policies.moments import Moments
 from fedmc_flwr.sim.world import METRIC_NAMES
 

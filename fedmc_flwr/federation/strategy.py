@@ -1,27 +1,23 @@
-"""How the server combines the regions' weights, and the Flower strategy that applies it.
+"""The Flower strategy: sends the global weights, accounts for every region, aggregates.
 
-The math is plain numpy so that it can be tested, and reused, without Flower:
-`check_update` rejects malformed updates, `by_region` fixes the order of the survivors
-(float sums depend on order; replies arrive in any order), and `aggregate` takes the
-network's mean weighted by environment steps (shrunk toward the previous global weights
-for 'shrink') and pools the running observation and return moments exactly: the global
-moments plus each region's moments of this round, between-region spread included (see
-`policies/moments.py`). Sums run in float64 and every array keeps its own dtype (float32
-network weights, float64 moments), so one round's result does not depend on how many
-virtual clients served the regions.
+`RegionStrategy` is the thin legacy-API wrapper around plain functions: it sends the global
+weights to every client, sorts each round's replies and failures into healthy region
+updates and failed regions (`accounting.sort_out`), builds the next global weights from
+the healthy ones (`aggregation.aggregate`), and hands the round to a `RoundRecorder`
+(metrics rows, failure rows, checkpoints, progress). A round with fewer than
+`federation.min_regions` healthy regions stops the run with a `RoundFailed` naming them.
 
-`RegionStrategy` is the thin legacy-API wrapper: it sends the global weights to every
-client, splits each reply into per-region updates, aggregates them, and hands the round's
-results to a `RoundRecorder` (metrics, checkpoints). Any failed client fails the run.
+Rounds are numbered from `first_round`, so a resumed run continues its own numbering while
+Flower counts from 1 again. When `owner_alive` says the process that started the run is
+gone (a `fedmc run` killed outright), the strategy stops at the next step of a round instead
+of training on for nobody.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from itertools import pairwise
-from logging import ERROR, WARNING
+from logging import WARNING
 from typing import Protocol
 
 import numpy as np
@@ -43,23 +39,15 @@ from flwr.server.strategy import Strategy
 from fedmc_flwr.config import FederationConfig
 from fedmc_flwr.evaluation import EvalResult
 from fedmc_flwr.federation import wire
-from fedmc_flwr.policies.moments import MOMENT_ARRAYS, Moments, pool
+from fedmc_flwr.federation.accounting import failure_reason, one_line, sort_out
+from fedmc_flwr.federation.aggregation import RegionUpdate, Weights, aggregate
 
-Weights = list[np.ndarray]
 CLIENT_WAIT_S = 60.0
 """How long the first round waits for any virtual client to register."""
 
 
-@dataclass
-class RegionUpdate:
-    """One region's trained weights, as reported after a round of local PPO."""
-
-    region: int
-    """Region index (the partition id when every virtual client serves one region)."""
-    weights: Weights
-    num_examples: int
-    """Environment steps behind the update: its weight in the mean."""
-    metrics: dict[str, Scalar] = field(default_factory=dict)
+class RoundFailed(RuntimeError):
+    """Too few regions delivered in a round for the federation to go on."""
 
 
 def policy_name(federation: FederationConfig) -> str:
@@ -70,127 +58,23 @@ def policy_name(federation: FederationConfig) -> str:
     return "-".join(["ppo", *(client + server or ["fedavg"])])
 
 
-def check_update(weights: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> str | None:
-    """Why `weights` cannot be averaged with arrays shaped like `reference`, or None if it can."""
-    if len(weights) != len(reference):
-        return f"{len(weights)} arrays, expected {len(reference)}"
-    for k, (array, ref) in enumerate(zip(weights, reference, strict=True)):
-        array = np.asarray(array)
-        if array.shape != ref.shape:
-            return f"array {k} has shape {array.shape}, expected {ref.shape}"
-        if array.dtype != ref.dtype:
-            return f"array {k} has dtype {array.dtype}, expected {ref.dtype}"
-        if not np.all(np.isfinite(array)):
-            return f"array {k} holds NaN or inf"
-    return None
-
-
-def by_region(updates: Sequence[RegionUpdate]) -> list[RegionUpdate]:
-    """Updates in region order; two updates for one region are an error, not a choice."""
-    ordered = sorted(updates, key=lambda u: u.region)
-    for first, second in pairwise(ordered):
-        if first.region == second.region:
-            raise ValueError(f"two updates for region {first.region}")
-    return ordered
-
-
-def weighted_mean(updates: Sequence[Sequence[np.ndarray]], weights: Sequence[float]) -> Weights:
-    """Mean of several weight lists, weighted by `weights`, summed in the order given."""
-    if not updates:
-        raise ValueError("nothing to average")
-    if len(updates) != len(weights):
-        raise ValueError(f"{len(updates)} updates but {len(weights)} weights")
-    w = np.asarray(weights, dtype=np.float64)
-    if np.any(w < 0) or not np.isfinite(w).all() or w.sum() <= 0:
-        raise ValueError(f"weights must be finite, >= 0 and not all zero, got {list(weights)}")
-    w = w / w.sum()
-    out = []
-    for k, ref in enumerate(updates[0]):
-        total = np.zeros(np.shape(ref), dtype=np.float64)
-        for share, update in zip(w, updates, strict=True):
-            total += share * np.asarray(update[k], dtype=np.float64)
-        out.append(total.astype(np.asarray(ref).dtype))
-    return out
-
-
-def shrink(average: Sequence[np.ndarray], previous: Sequence[np.ndarray], mu: float) -> Weights:
-    """The server shrink: `(1 - mu) * average + mu * previous`, array by array (a damped FedAvg)."""
-    if not 0.0 <= mu < 1.0:
-        raise ValueError(f"mu must lie in [0, 1), got {mu}")
-    return [
-        ((1.0 - mu) * np.asarray(a, np.float64) + mu * np.asarray(p, np.float64)).astype(a.dtype)
-        for a, p in zip(average, previous, strict=True)
-    ]
-
-
-def pool_statistics(
-    previous: Sequence[np.ndarray], fresh: Sequence[Sequence[np.ndarray]]
-) -> Weights:
-    """Running moments (`[count, mean, var]` groups) pooled: the global ones plus what each
-    region saw this round, with the between-region spread (never a plain average)."""
-    out: Weights = []
-    for k in range(0, len(previous), MOMENT_ARRAYS):
-        parts = [Moments.from_arrays(previous[k : k + MOMENT_ARRAYS])]
-        parts += [Moments.from_arrays(f[k : k + MOMENT_ARRAYS]) for f in fresh]
-        out += pool(parts).arrays()
-    return out
-
-
-def aggregate(
-    updates: Sequence[RegionUpdate],
-    previous: Sequence[np.ndarray],
-    federation: FederationConfig,
-    statistics: int,
-) -> Weights:
-    """The next global weights from valid updates (see the module docstring).
-
-    The last `statistics` groups of `MOMENT_ARRAYS` arrays are running moments, pooled;
-    the arrays before them are the network, averaged (and shrunk for 'shrink').
-    """
-    ordered = by_region(updates)
-    cut = len(previous) - statistics * MOMENT_ARRAYS
-    if cut < 0:
-        raise ValueError(f"{len(previous)} arrays cannot hold {statistics} statistics")
-    average = weighted_mean([u.weights[:cut] for u in ordered], [u.num_examples for u in ordered])
-    if federation.strategy == "shrink":
-        average = shrink(average, previous[:cut], federation.mu)
-    return average + pool_statistics(previous[cut:], [u.weights[cut:] for u in ordered])
-
-
-def split_update(
-    weights: Sequence[np.ndarray], metrics: dict[str, Scalar], per_region: int
-) -> list[RegionUpdate]:
-    """Cut one client's reply (its regions' weight lists, concatenated) into region updates.
-
-    ValueError when the reply cannot be cut: wrong array count, no step count.
-    """
-    regions = wire.regions(metrics)
-    if len(weights) != per_region * len(regions):
-        raise ValueError(
-            f"{len(weights)} arrays for regions {regions}, expected {per_region} per region"
-        )
-    updates = []
-    for k, region in enumerate(regions):
-        values = wire.unpack(metrics, region)
-        if "env_steps" not in values:
-            raise ValueError(f"region {region}'s update does not say its env_steps")
-        chunk = list(weights[k * per_region : (k + 1) * per_region])
-        updates.append(RegionUpdate(region, chunk, int(values["env_steps"]), values))
-    return updates
-
-
 class RoundRecorder(Protocol):
-    """Where a round's outcome goes (metrics.csv, timing.csv, checkpoints)."""
+    """Where a round's outcome goes (metrics.csv, timing.csv, checkpoints, progress)."""
 
     def on_fit(
         self, server_round: int, updates: list[RegionUpdate], weights: Weights, wall_s: float
     ) -> None: ...
 
+    def on_failures(self, server_round: int, phase: str, failed: dict[int, str]) -> None: ...
+
     def on_evaluate(self, server_round: int, results: list[EvalResult], wall_s: float) -> None: ...
+
+    def on_abort(self, reason: str) -> None: ...
 
 
 class RegionStrategy(Strategy):
-    """FedAvg or the server shrink over regions, for NumPyClient region clients (legacy API)."""
+    """FedAvg, the server shrink or a robust rule over regions, for NumPyClient region
+    clients (legacy API); see the module docstring."""
 
     def __init__(
         self,
@@ -200,6 +84,9 @@ class RegionStrategy(Strategy):
         instructions: Callable[[int], dict[str, Scalar]],
         recorder: RoundRecorder,
         statistics: int,
+        max_steps: int,
+        first_round: int = 1,
+        owner_alive: Callable[[], bool] = lambda: True,
     ) -> None:
         self.weights = [np.asarray(a) for a in initial]
         self.statistics = statistics
@@ -207,24 +94,54 @@ class RegionStrategy(Strategy):
         self.num_regions = num_regions
         self.instructions = instructions
         self.recorder = recorder
+        self.max_steps = max_steps
+        """Environment steps one region trains per round: no honest update claims more."""
+        self.offset = first_round - 1
+        self.owner_alive = owner_alive
         self._started = 0.0
 
     def __repr__(self) -> str:
-        return f"RegionStrategy({self.federation.strategy}, mu={self.federation.mu})"
+        f = self.federation
+        return f"RegionStrategy({f.strategy}, mu={f.mu}, aggregation={f.aggregation})"
 
     def initialize_parameters(self, client_manager: ClientManager) -> Parameters | None:
         return ndarrays_to_parameters(self.weights)
 
     def _clients(self, client_manager: ClientManager) -> list[ClientProxy]:
-        """Every virtual client: each serves its share of the regions, so all are needed."""
+        """Every virtual client: each serves its share of the regions, so all are asked."""
         if not client_manager.wait_for(1, timeout=int(CLIENT_WAIT_S)):
-            raise RuntimeError(f"no virtual client registered within {CLIENT_WAIT_S:.0f} s")
+            self._abort(f"no virtual client registered within {CLIENT_WAIT_S:.0f} s")
         available = client_manager.all()
         return [available[cid] for cid in sorted(available)]
+
+    def _abort(self, reason: str) -> None:
+        self.recorder.on_abort(reason)
+        raise RoundFailed(reason)
+
+    def _check_owner(self) -> None:
+        if not self.owner_alive():
+            self._abort("the process that started this run is gone")
+
+    def _require(self, server_round: int, phase: str, healthy: int, failed: dict[int, str]) -> None:
+        """Record the round's failed regions; stop the run if too few regions are left."""
+        if failed:
+            self.recorder.on_failures(server_round, phase, failed)
+            for region, why in failed.items():
+                log(
+                    WARNING, "round %d %s: region %d left out: %s", server_round, phase, region, why
+                )
+        if healthy < self.federation.min_regions:
+            first = next(iter(failed.items()), (None, "none"))
+            self._abort(
+                f"round {server_round} {phase}: {healthy} of {self.num_regions} regions healthy, "
+                f"federation.min_regions is {self.federation.min_regions} "
+                f"(region {first[0]}: {first[1]})"
+            )
 
     def configure_fit(
         self, server_round: int, parameters: Parameters, client_manager: ClientManager
     ) -> list[tuple[ClientProxy, FitIns]]:
+        self._check_owner()
         self._started = time.perf_counter()
         clients = self._clients(client_manager)
         if server_round == 1 and len(clients) != self.num_regions:
@@ -237,7 +154,7 @@ class RegionStrategy(Strategy):
                 len(clients),
                 self.num_regions,
             )
-        ins = FitIns(parameters, self.instructions(server_round))
+        ins = FitIns(parameters, self.instructions(self.offset + server_round))
         return [(client, ins) for client in clients]
 
     def aggregate_fit(
@@ -246,39 +163,28 @@ class RegionStrategy(Strategy):
         results: list[tuple[ClientProxy, FitRes]],
         failures: list[tuple[ClientProxy, FitRes] | BaseException],
     ) -> tuple[Parameters | None, dict[str, Scalar]]:
-        _raise_on_failures("fit", server_round, failures)
-        updates = []
-        for _, res in results:
-            try:
-                updates += split_update(
-                    parameters_to_ndarrays(res.parameters), res.metrics, len(self.weights)
-                )
-            except ValueError as exc:
-                log(ERROR, "round %d: rejected a client's reply: %s", server_round, exc)
-        valid = []
-        for update in by_region(updates):
-            problem = check_update(update.weights, self.weights)
-            if problem is None:
-                valid.append(update)
-            else:
-                log(
-                    ERROR,
-                    "round %d: rejected region %d's update: %s",
-                    server_round,
-                    update.region,
-                    problem,
-                )
-        if not valid:
-            raise RuntimeError(f"round {server_round}: no valid update to aggregate")
-        self.weights = aggregate(valid, self.weights, self.federation, self.statistics)
-        self.recorder.on_fit(server_round, valid, self.weights, time.perf_counter() - self._started)
+        self._check_owner()
+        rnd = self.offset + server_round
+        outcome = sort_out(
+            self.num_regions,
+            [(parameters_to_ndarrays(res.parameters), res.metrics) for _, res in results],
+            self._reasons(failures),
+            self.weights,
+            self.max_steps,
+        )
+        self._require(rnd, "training", len(outcome.updates), outcome.failed)
+        self.weights = aggregate(outcome.updates, self.weights, self.federation, self.statistics)
+        self.recorder.on_fit(
+            rnd, outcome.updates, self.weights, time.perf_counter() - self._started
+        )
         return ndarrays_to_parameters(self.weights), {}
 
     def configure_evaluate(
         self, server_round: int, parameters: Parameters, client_manager: ClientManager
     ) -> list[tuple[ClientProxy, EvaluateIns]]:
+        self._check_owner()
         self._started = time.perf_counter()
-        ins = EvaluateIns(parameters, self.instructions(server_round))
+        ins = EvaluateIns(parameters, self.instructions(self.offset + server_round))
         return [(client, ins) for client in self._clients(client_manager)]
 
     def aggregate_evaluate(
@@ -287,36 +193,43 @@ class RegionStrategy(Strategy):
         results: list[tuple[ClientProxy, EvaluateRes]],
         failures: list[tuple[ClientProxy, EvaluateRes] | BaseException],
     ) -> tuple[float | None, dict[str, Scalar]]:
-        _raise_on_failures("evaluate", server_round, failures)
-        evals = sorted(
-            (
-                wire.eval_result(res.metrics, r)
-                for _, res in results
-                for r in wire.regions(res.metrics)
-            ),
-            key=lambda e: e.region,
-        )
-        missing = sorted(set(range(self.num_regions)) - {e.region for e in evals})
-        if missing:
-            raise RuntimeError(f"round {server_round}: no evaluation from regions {missing}")
-        self.recorder.on_evaluate(server_round, evals, time.perf_counter() - self._started)
-        return -float(np.mean([e.per_seed_reward.mean() for e in evals])), {}
+        self._check_owner()
+        rnd = self.offset + server_round
+        evals: dict[int, EvalResult] = {}
+        failed: dict[int, str] = {}
+        for _, res in results:
+            try:
+                regions = wire.regions(res.metrics)
+            except ValueError:
+                continue
+            for region in regions:
+                if not 0 <= region < self.num_regions or region in evals:
+                    continue
+                try:
+                    evals[region] = wire.eval_result(res.metrics, region)
+                except ValueError as exc:
+                    failed[region] = f"unreadable evaluation: {exc}"
+        reasons = self._reasons(failures)
+        why = f"client failed: {reasons[0]}" if reasons else "no reply covered this region"
+        for region in range(self.num_regions):
+            if region not in evals:
+                failed.setdefault(region, why)
+        self._require(rnd, "evaluation", len(evals), dict(sorted(failed.items())))
+        ordered = [evals[r] for r in sorted(evals)]
+        self.recorder.on_evaluate(rnd, ordered, time.perf_counter() - self._started)
+        return -float(np.mean([e.per_seed_reward.mean() for e in ordered])), {}
 
     def evaluate(
         self, server_round: int, parameters: Parameters
     ) -> tuple[float, dict[str, Scalar]] | None:
         return None  # the regions evaluate the global policy on their own held-out seeds
 
-
-def _raise_on_failures(phase: str, server_round: int, failures: Sequence[object]) -> None:
-    """Legacy Flower carries on without failed clients; here a failure fails the run."""
-    if failures:
-        first = failures[0]
-        reason = repr(
-            first if isinstance(first, BaseException) else getattr(first[1], "status", first)
-        )
-        if len(reason) > 400:  # a remote traceback: its end names the cause
-            reason = "..." + reason[-400:]
-        raise RuntimeError(
-            f"round {server_round}: {len(failures)} client(s) failed in {phase}; first: {reason}"
-        )
+    def _reasons(self, failures: Sequence[object]) -> list[str]:
+        """One line per failed client."""
+        reasons = []
+        for failure in failures:
+            if isinstance(failure, BaseException):
+                reasons.append(failure_reason(failure, self.federation.round_timeout_s))
+            else:  # a reply whose status is not OK
+                reasons.append(one_line(str(getattr(failure[1], "status", failure))))
+        return reasons

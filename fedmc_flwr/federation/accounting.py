@@ -1,0 +1,133 @@
+"""Every expected region, every round: a healthy update, or a failure with its reason.
+
+A round's replies come from clients that may each serve several regions, some clients fail
+outright (an exception, or no reply within the round timeout) and some replies cannot be
+used (they cannot be split into regions, or a region's update has the wrong shapes, holds
+NaN, or claims more environment steps than the round's budget). `sort_out` turns all of
+that into the healthy updates and one reason per region left out, so that nothing about a
+round goes unrecorded and the global model is built from healthy regions only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from flwr.common import Scalar
+
+from fedmc_flwr.federation import wire
+from fedmc_flwr.federation.aggregation import RegionUpdate, check_update
+
+REASON_CHARS = 240
+"""Longest reason kept in metrics.csv (a remote traceback ends with its cause)."""
+
+
+@dataclass
+class RoundOutcome:
+    """What a round's replies amount to."""
+
+    updates: list[RegionUpdate]
+    """Healthy updates, in region order."""
+    failed: dict[int, str]
+    """Region -> why it was left out of the round."""
+
+
+def one_line(text: str) -> str:
+    """The last non-empty line of `text` (where a traceback names its cause), shortened."""
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    line = lines[-1] if lines else "no detail"
+    return line if len(line) <= REASON_CHARS else "..." + line[-(REASON_CHARS - 3) :]
+
+
+def failure_reason(failure: object, round_timeout_s: float) -> str:
+    """Why a client failed, in one line: an exception's message, or a reply that never came."""
+    text = str(failure if isinstance(failure, BaseException) else getattr(failure, "status", ""))
+    if "unavailable" in text.lower():  # Flower's words for a message that expired unanswered
+        return (
+            f"no reply within federation.round_timeout_s ({round_timeout_s:g} s)"
+            " or its node left the federation"
+        )
+    return one_line(text)
+
+
+def split_update(
+    weights: Sequence[np.ndarray], metrics: Mapping[str, Scalar], per_region: int
+) -> list[RegionUpdate]:
+    """Cut one client's reply (its regions' weight lists, concatenated) into region updates.
+
+    ValueError when the reply cannot be cut: wrong array count, no step count.
+    """
+    regions = wire.regions(metrics)
+    if len(weights) != per_region * len(regions):
+        raise ValueError(
+            f"{len(weights)} arrays for regions {regions}, expected {per_region} per region"
+        )
+    updates = []
+    for k, region in enumerate(regions):
+        values = wire.unpack(metrics, region)
+        if "env_steps" not in values:
+            raise ValueError(f"region {region}'s update does not say its env_steps")
+        chunk = list(weights[k * per_region : (k + 1) * per_region])
+        updates.append(RegionUpdate(region, chunk, int(values["env_steps"]), values))
+    return updates
+
+
+def _claimed_regions(metrics: Mapping[str, Scalar]) -> list[int]:
+    try:
+        return wire.regions(metrics)
+    except ValueError:
+        return []
+
+
+def sort_out(
+    num_regions: int,
+    replies: Sequence[tuple[Sequence[np.ndarray], Mapping[str, Scalar]]],
+    client_failures: Sequence[str],
+    reference: Sequence[np.ndarray],
+    max_steps: int,
+) -> RoundOutcome:
+    """The healthy updates of a round and a reason for every other expected region.
+
+    `replies` are the clients' (weights, metrics); `client_failures` one reason per client
+    that did not reply; `reference` the current global weights (shapes and dtypes an update
+    must have); `max_steps` the environment steps one region can have trained this round.
+    """
+    failed: dict[int, str] = {}
+    healthy: dict[int, RegionUpdate] = {}
+    for weights, metrics in replies:
+        try:
+            updates = split_update(weights, metrics, len(reference))
+        except ValueError as exc:
+            for region in _claimed_regions(metrics):
+                failed.setdefault(region, f"unreadable reply: {exc}")
+            continue
+        for update in updates:
+            if not 0 <= update.region < num_regions:
+                continue  # not a region of this experiment: nothing to account for
+            problem = check_update(update.weights, reference)
+            if problem is None and not 0 < update.num_examples <= max_steps:
+                problem = f"claims {update.num_examples} env steps, expected 1 to {max_steps}"
+            if problem is None and update.region in healthy:
+                problem = "two replies for this region"
+                del healthy[update.region]
+            if problem is not None:
+                failed.setdefault(update.region, f"rejected update: {problem}")
+            elif update.region not in failed:
+                healthy[update.region] = update
+    if client_failures:
+        unique = list(dict.fromkeys(client_failures))
+        why = (
+            f"client failed: {unique[0]}"
+            if len(unique) == 1
+            else (f"{len(client_failures)} clients failed: " + " | ".join(unique))
+        )
+    else:
+        why = "no reply covered this region"
+    for region in range(num_regions):
+        if region not in healthy:
+            failed.setdefault(region, why)
+    failed = {r: why for r, why in failed.items() if 0 <= r < num_regions}
+    return RoundOutcome(
+        [healthy[r] for r in sorted(healthy)], {r: failed[r] for r in sorted(failed)}
+    )
