@@ -28,8 +28,9 @@ lock: setup
 
 setup: $(STAMP)
 
+# The demo replaces its own earlier results; `fedmc run --resume` continues a killed run.
 demo: setup
-	$(BIN)/fedmc run --config $(CONFIG)
+	$(BIN)/fedmc run --config $(CONFIG) --overwrite
 
 baselines: setup
 	$(BIN)/fedmc baselines --config $(CONFIG)
@@ -51,10 +52,11 @@ RUNS := $(foreach s,$(SEEDS),$(foreach v,$(VARIANTS),results/$(v)-s$(s)) \
 results: setup
 	for s in $(SEEDS); do \
 	  for v in $(VARIANTS); do \
-	    $(BIN)/fedmc run --config conf/$$v.yaml --set seed=$$s --set name=$$v-s$$s || exit 1; \
+	    $(BIN)/fedmc run --config conf/$$v.yaml --set seed=$$s --set name=$$v-s$$s \
+	      --resume || exit 1; \
 	  done; \
 	  for m in centralised local; do \
-	    $(BIN)/fedmc train --config conf/small_demo.yaml --mode $$m \
+	    $(BIN)/fedmc train --config conf/small_demo.yaml --mode $$m --overwrite \
 	      --set seed=$$s --set name=small_demo-s$$s || exit 1; \
 	  done; \
 	done

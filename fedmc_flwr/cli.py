@@ -1,7 +1,8 @@
 """The `fedmc` command: one subcommand per job, each a thin call into the package.
 
-Every subcommand takes `--config FILE` and repeatable `--set key=value` overrides. A bad
-config prints one line naming the key, the file and what is allowed, and exits with 2.
+Every subcommand takes `--config FILE` and repeatable `--set key=value` overrides. Bad
+input (a config, an override, a file to read, an experiment that already holds results)
+prints one line naming what is wrong and exits with 2; a run that fails exits with 1.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from fedmc_flwr.config import ConfigError, ExperimentConfig, load_config
+from fedmc_flwr.config import ExperimentConfig, load_config
+from fedmc_flwr.errors import InputError, RunFailure
 
 DEFAULT_CONFIG = "conf/small_demo.yaml"
 
@@ -38,7 +40,20 @@ def _parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train PPO without federation")
     _add_config_args(train)
     train.add_argument("--mode", choices=("centralised", "local"), default="centralised")
-    _add_config_args(sub.add_parser("run", help="federated training through Flower"))
+    train.add_argument(
+        "--overwrite", action="store_true", help="replace the results of an earlier run"
+    )
+    run = sub.add_parser("run", help="federated training through Flower")
+    _add_config_args(run)
+    existing = run.add_mutually_exclusive_group()
+    existing.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the experiment after its last completed round (or start it)",
+    )
+    existing.add_argument(
+        "--overwrite", action="store_true", help="replace the results of an earlier run"
+    )
     plot = sub.add_parser("plot", help="draw the plots of a metrics.csv")
     plot.add_argument("metrics", type=Path, help="path to a metrics.csv")
     plot.add_argument("--out", type=Path, default=None, help="folder for the PNGs")
@@ -74,6 +89,21 @@ def _config(args: argparse.Namespace) -> ExperimentConfig:
     return load_config(args.config, args.overrides)
 
 
+def _naming(path: Path, exc: Exception) -> str:
+    """An error's first line, naming the file it is about."""
+    lines = str(exc).strip().splitlines() or [type(exc).__name__]
+    return lines[0] if str(path) in lines[0] else f"{path}: not readable ({lines[0]})"
+
+
+def _run(args: argparse.Namespace) -> int:
+    """`fedmc run`: a bad config fails fast, before Flower starts."""
+    _config(args)
+    from fedmc_flwr.federation.runner import run_federation
+
+    on_existing = "resume" if args.resume else "overwrite" if args.overwrite else "refuse"
+    return run_federation(Path(args.config), args.overrides, on_existing=on_existing)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `fedmc` console script; returns the process exit code."""
     args = _parser().parse_args(argv)
@@ -87,19 +117,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             cfg = _config(args)
             from fedmc_flwr.training import train
 
-            train(cfg, args.mode)
+            train(cfg, args.mode, overwrite=args.overwrite)
         elif args.command == "run":
-            _config(args)  # fail fast, before Flower starts, on a bad config
-            from fedmc_flwr.federation.runner import run_federation
-
-            return run_federation(Path(args.config), args.overrides)
+            return _run(args)
         elif args.command == "plot":
             from fedmc_flwr.plots import plot_metrics
 
             try:
                 paths = plot_metrics(args.metrics, args.out, baselines=args.baselines)
             except (FileNotFoundError, ValueError) as exc:
-                print(f"fedmc: plot: {exc}", file=sys.stderr)
+                print(f"fedmc: plot: {_naming(args.metrics, exc)}", file=sys.stderr)
                 return 2
             for path in paths:
                 print(path)
@@ -111,9 +138,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             except (ReportError, ValueError) as exc:
                 print(f"fedmc: report: {exc}", file=sys.stderr)
                 return 2
-    except ConfigError as exc:
-        print(f"fedmc: config error: {exc}", file=sys.stderr)
+    except InputError as exc:
+        print(f"fedmc: {exc.label}{exc}", file=sys.stderr)
         return 2
+    except RunFailure as exc:
+        print(f"fedmc: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("fedmc: interrupted", file=sys.stderr)
         return 130

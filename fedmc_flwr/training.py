@@ -65,12 +65,15 @@ def _evaluate_learners(
     return results
 
 
-def train(cfg: ExperimentConfig, mode: str) -> Path:
-    """Train for cfg.train.rounds rounds, evaluating after each; return metrics.csv's path."""
+def train(cfg: ExperimentConfig, mode: str, *, overwrite: bool = True) -> Path:
+    """Train for cfg.train.rounds rounds, evaluating after each; return metrics.csv's path.
+
+    `overwrite=False` refuses (`ExperimentExists`) a results directory that already holds
+    results."""
     if mode not in MODES:
         raise ValueError(f"unknown training mode {mode!r}; expected one of {MODES}")
     policy = f"ppo-{mode}"
-    out = experiment_dir(cfg.results_dir, f"{cfg.name}-{mode}")
+    out = experiment_dir(cfg.results_dir, f"{cfg.name}-{mode}", overwrite=overwrite)
     (out / "config.yaml").write_text(to_yaml(cfg))
     metrics = MetricsWriter(out / "metrics.csv")
     timing = MetricsWriter(out / "timing.csv", columns=TIMING_COLUMNS)

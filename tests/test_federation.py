@@ -3,15 +3,25 @@
 The same tiny experiment runs twice: on one virtual client per region, then with both
 regions on one virtual client. The two metrics.csv files must be identical byte for
 byte: the run is deterministic, and how regions map onto clients does not change it.
+A third copy is killed outright (SIGKILL) after its first round and resumed: it must end
+byte-identical too. Faulty regions are left out of their rounds and recorded; too few
+healthy regions stop the run with one line.
 """
 
 from __future__ import annotations
 
 import csv
+import json
+import os
+import signal
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 
 from fedmc_flwr.config import load_config
@@ -23,6 +33,7 @@ from fedmc_flwr.results import COLUMNS, TIMING_COLUMNS
 from fedmc_flwr.seeds import learner_seed
 
 TINY = Path(__file__).parent / "conf" / "tiny_federation.yaml"
+FAULTY = Path(__file__).parent / "conf" / "faulty_federation.yaml"
 REGIONS = ("us-east1", "europe-west9")
 DIAGNOSTICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")
 
@@ -38,31 +49,36 @@ def test_a_region_resumes_its_learner_between_rounds(tmp_path: Path) -> None:
         weights, _ = train_region(cfg, 1, weights, rnd, tmp_path)
         for a, b in zip(weights, kept.get_update(), strict=True):
             np.testing.assert_array_equal(a, b)
-    with pytest.raises(FileNotFoundError, match="no learner state"):
-        train_region(cfg, 0, weights, 2, tmp_path)
+    fresh = PPOLearner(cfg, [0], seed=learner_seed(cfg.seed, 0))
+    fresh.set_weights(weights)
+    fresh.train_round(cfg.train.steps_per_round)
+    late, _ = train_region(cfg, 0, weights, 2, tmp_path)  # region 0 has no state yet
+    for a, b in zip(late, fresh.get_update(), strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def _processes_with_env(marker: str) -> list[int]:
     """Live processes whose environment mentions `marker` (the run's private Flower home)."""
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for process in psutil.process_iter(["status"]):
         try:
-            environ = (entry / "environ").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
+            environ = process.environ()
+        except (psutil.Error, OSError):
             continue
-        if marker.encode() in environ and state != "Z":
-            found.append(int(entry.name))
+        if process.info["status"] != psutil.STATUS_ZOMBIE and any(
+            marker in f"{k}={v}" for k, v in environ.items()
+        ):
+            found.append(process.pid)
     return found
 
 
-def _run(homes: Path, overrides: list[str], supernodes: int) -> int:
+def _run(
+    homes: Path, overrides: list[str], supernodes: int, config: Path = TINY, **kwargs: str
+) -> int:
     """run_federation with its private Flower home under `homes`; no process may outlive it."""
     previous, tempfile.tempdir = tempfile.tempdir, str(homes)
     try:
-        code = run_federation(TINY, overrides, num_supernodes=supernodes)
+        code = run_federation(config, overrides, num_supernodes=supernodes, **kwargs)
     finally:
         tempfile.tempdir = previous
     assert _processes_with_env(f"FLWR_HOME={homes}") == [], "Flower processes left running"
@@ -127,11 +143,87 @@ def test_same_config_and_seed_give_identical_metrics(runs: list[Path], table: st
     assert first == second
 
 
-def test_a_failed_client_fails_the_run(tmp_path: Path) -> None:
-    # A file where the clients keep their learners: every client's fit raises.
-    (tmp_path / "tiny_federation").mkdir()
-    (tmp_path / "tiny_federation" / "clients").write_text("")
+def test_a_run_killed_outright_resumes_to_the_same_tables(runs: list[Path], tmp_path: Path) -> None:
+    """SIGKILL `fedmc run` right after round 1; `--resume` finishes it byte-identical to an
+    uninterrupted run, leaving no process behind."""
+    homes = tmp_path / "home"
+    homes.mkdir()
+    out = tmp_path / "tiny_federation"
+    command = [sys.executable, "-m", "fedmc_flwr.cli", "run", "--config", str(TINY)]
+    command += ["--set", f"results_dir={tmp_path}"]
+    with tempfile.TemporaryDirectory(dir="/tmp") as short:  # Ray's socket paths are short
+        killed = subprocess.Popen(command, env={**os.environ, "TMPDIR": short})
+        progress = out / "progress.json"
+        deadline = time.monotonic() + 600
+        while not progress.exists() and killed.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert json.loads(progress.read_text())["completed_round"] == 1
+        killed.send_signal(signal.SIGKILL)
+        killed.wait()
+        assert _run(homes, [f"results_dir={tmp_path}"], 2, on_existing="resume") == 0
+        assert _processes_with_env(f"TMPDIR={short}") == [], "the killed run left processes"
+    for table in ("metrics.csv", "per_seed.csv"):
+        assert (out / table).read_bytes() == (runs[0] / table).read_bytes(), table
+    for rnd in (1, 2):
+        name = f"checkpoints/round_{rnd:03d}.npz"
+        with np.load(out / name) as mine, np.load(runs[0] / name) as reference:
+            for key in reference.files:
+                np.testing.assert_array_equal(mine[key], reference[key])
+
+
+def test_a_rerun_refuses_to_overwrite(runs: list[Path], tmp_path: Path) -> None:
+    overrides = [f"results_dir={runs[0].parent}"]
+    before = (runs[0] / "metrics.csv").read_bytes()
+    assert _run(tmp_path, overrides, 2) == 2
+    assert (runs[0] / "metrics.csv").read_bytes() == before
+
+
+def test_faulty_regions_are_left_out_and_recorded(tmp_path: Path) -> None:
+    """A raise, a hang past the round timeout, NaN weights, a wrong shape and an absurd step
+    count: each round completes from its healthy regions, each failure is a row."""
     (tmp_path / "home").mkdir()
-    overrides = [f"results_dir={tmp_path}", "train.rounds=1"]
-    assert _run(tmp_path / "home", overrides, supernodes=2) == 1
-    assert _rows(tmp_path / "tiny_federation" / "metrics.csv") == []
+    assert _run(tmp_path / "home", [f"results_dir={tmp_path}"], 3, config=FAULTY) == 0
+    rows = _rows(tmp_path / "faulty_federation" / "metrics.csv")
+    failed = {(r["round"], r["client"]): r["reason"] for r in rows if r["phase"] == "failed"}
+    assert set(failed) == {
+        ("1", "us-east1"),
+        ("2", "europe-west9"),
+        ("2", "northamerica-northeast1"),
+        ("3", "us-east1"),
+        ("3", "northamerica-northeast1"),
+    }
+    assert "injected" in failed[("1", "us-east1")]
+    assert "round_timeout_s" in failed[("2", "europe-west9")]
+    assert "NaN" in failed[("2", "northamerica-northeast1")]
+    assert "shape" in failed[("3", "us-east1")]
+    assert "env steps" in failed[("3", "northamerica-northeast1")]
+    for rnd in ("1", "2", "3"):
+        train = {r["client"]: r for r in rows if r["round"] == rnd and r["phase"] == "train"}
+        healthy = {c for c in train if c != "all"}
+        assert healthy.isdisjoint({c for (n, c) in failed if n == rnd})
+        assert int(train["all"]["steps"]) == 256 * len(healthy)
+
+
+def test_too_few_healthy_regions_stop_the_run_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "home").mkdir()
+    overrides = [f"results_dir={tmp_path}", "federation.min_regions=3"]
+    assert _run(tmp_path / "home", overrides, 3, config=FAULTY) == 1
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "round 1 training: 2 of 3 regions healthy, federation.min_regions is 3" in line
+    assert "injected" in line
+    rows = _rows(tmp_path / "faulty_federation" / "metrics.csv")
+    assert [r["phase"] for r in rows] == ["failed"]
+    assert not (tmp_path / "faulty_federation" / "checkpoints").exists()
+
+
+def test_the_deadline_stops_the_run_and_everything_it_started(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "home").mkdir()
+    overrides = [f"results_dir={tmp_path}", "federation.deadline_s=5"]
+    started = time.monotonic()
+    assert _run(tmp_path / "home", overrides, 2) == 1
+    assert time.monotonic() - started < 60
+    assert "federation.deadline_s (5 s) reached" in capsys.readouterr().err

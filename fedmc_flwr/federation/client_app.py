@@ -2,10 +2,14 @@
 
 Client `p` of `n` serves regions `p, p + n, ...` (one region each when n equals the number
 of regions). Flower builds a new client object for every message, so a region's learner
-(optimizer moments, normalisers, RNG, the state of its worlds) lives in a region-local
-file, `<state-dir>/<region>.npz`, between rounds. A file rather than `context.state`: it
-works unchanged whether the ClientApp runs in a Ray actor or in a fresh process per message
-(deployment), keeps nothing in the node's memory between rounds, and can be inspected. The
+(optimizer moments, normalisers, RNG, the state of its worlds) lives in region-local
+files, `<state-dir>/<region>/round_NNN.npz`, between rounds. Files rather than
+`context.state`: they work unchanged whether the ClientApp runs in a Ray actor or in a
+fresh process per message (deployment), keep nothing in the node's memory between rounds,
+and can be inspected. One file per round (the newest two kept): a round resumes from the
+newest state before it, so a region that failed a round resumes from the round before,
+and a run resumed after a crash finds each region exactly as it was after the last
+completed round, whatever the crash interrupted. The
 server sends the resolved experiment config and the state directory with every message,
 so server and clients cannot disagree about the experiment.
 """
@@ -25,20 +29,32 @@ from omegaconf import OmegaConf
 
 from fedmc_flwr.config import ExperimentConfig
 from fedmc_flwr.evaluation import EvalResult, evaluate
-from fedmc_flwr.federation import wire
+from fedmc_flwr.federation import faults, wire
 from fedmc_flwr.federation.strategy import policy_name
-from fedmc_flwr.policies.ppo import PPOLearner
+from fedmc_flwr.policies.moments import MOMENT_ARRAYS
+from fedmc_flwr.policies.ppo import STATISTICS, PPOLearner
 from fedmc_flwr.seeds import learner_seed
 from fedmc_flwr.sim.signals import region_catalogue
 
 torch.set_num_threads(1)
 
 Weights = list[np.ndarray]
+KEPT_STATES = 2
+"""State files a region keeps: its newest two rounds."""
 
 
-def state_path(state_dir: Path, cfg: ExperimentConfig, region: int) -> Path:
-    """Where a region keeps its learner between rounds."""
-    return state_dir / f"{region_catalogue(cfg.world.regions)[region].name}.npz"
+def state_dir_of(state_dir: Path, cfg: ExperimentConfig, region: int) -> Path:
+    """The folder where a region keeps its learner, one file per round."""
+    return state_dir / region_catalogue(cfg.world.regions)[region].name
+
+
+def _saved_rounds(folder: Path) -> list[int]:
+    rounds = []
+    for path in folder.glob("round_*.npz"):
+        suffix = path.stem.removeprefix("round_")
+        if suffix.isdigit():
+            rounds.append(int(suffix))
+    return sorted(rounds)
 
 
 def train_region(
@@ -46,22 +62,26 @@ def train_region(
 ) -> tuple[Weights, dict[str, float]]:
     """One round of local PPO from the global `weights`; the learner's state carries over.
 
-    Round 1 starts a fresh learner (a file left by an earlier run is ignored); later rounds
-    resume the file the previous round saved.
+    Round 1 starts a fresh learner (files left by an earlier run are ignored); later rounds
+    resume the newest state saved before this round (see the module docstring), or start
+    a fresh one if the region has none yet (it failed every round so far, or its node is
+    new).
     """
     learner = PPOLearner(cfg, [region], seed=learner_seed(cfg.seed, region))
-    path = state_path(state_dir, cfg, region)
-    if server_round > 1:
-        if not path.is_file():
-            raise FileNotFoundError(f"round {server_round}: no learner state at {path}")
-        learner.load(path)
+    folder = state_dir_of(state_dir, cfg, region)
+    earlier = [r for r in _saved_rounds(folder) if r < server_round] if server_round > 1 else []
+    if earlier:
+        learner.load(folder / f"round_{earlier[-1]:03d}.npz")
     learner.set_weights(weights)
     start = time.perf_counter()
     stats = learner.train_round(cfg.train.steps_per_round, proximal_mu=cfg.federation.proximal_mu)
     stats["wall_time_s"] = time.perf_counter() - start
+    path = folder / f"round_{server_round:03d}.npz"
     partial = path.with_name(path.name + ".partial")
     learner.save(partial)
     os.replace(partial, path)  # never leave a half-written state behind
+    for old in _saved_rounds(folder)[:-KEPT_STATES]:
+        (folder / f"round_{old:03d}.npz").unlink(missing_ok=True)
     return learner.get_update(), stats
 
 
@@ -101,13 +121,21 @@ class RegionClient(NumPyClient):
         weights: Weights = []
         metrics: dict[str, Scalar] = wire.covering(regions)
         steps = 0
+        server_round = int(config["server-round"])
+        network_arrays = len(parameters) - len(STATISTICS) * MOMENT_ARRAYS
         for region in regions:
+            fault = faults.fault_for(cfg, region, server_round)
+            faults.before_training(fault, cfg)
             trained, stats = train_region(
-                cfg, region, parameters, int(config["server-round"]), Path(str(config["state-dir"]))
+                cfg, region, parameters, server_round, Path(str(config["state-dir"]))
             )
+            trained, region_steps = faults.corrupt(
+                fault, trained, int(stats["env_steps"]), parameters, network_arrays
+            )
+            stats["env_steps"] = region_steps
             weights += trained
             metrics |= wire.pack(region, stats)
-            steps += int(stats["env_steps"])
+            steps += region_steps
         return weights, steps, metrics
 
     def evaluate(self, parameters: Weights, config: Config) -> tuple[float, int, dict[str, Scalar]]:

@@ -1,17 +1,23 @@
 """What the server keeps of each round: metrics.csv, per_seed.csv and timing.csv rows,
-and a checkpoint.
+a checkpoint, and the run's progress and status.
 
 Rows are written the moment a round's training or evaluation is aggregated, so a run
-that dies keeps every finished round. The dispatchers are evaluated once, on the same
-held-out seeds the regions evaluate the global policy on; their metrics.csv rows are
-repeated in every round so that each round's rows compare like with like on their own,
-while their per_seed.csv rows are written once, as round 0 (they do not train, so every
-round's values would be the same). The global policy's per-seed rows are written every
-round, with the environment steps trained on so far, summed over the regions.
+that dies keeps every finished round; `progress.json` names the last round whose training
+and evaluation were both recorded (where `--resume` continues) and `status.json` says
+whether the run is running, completed or failed, and why. A region left out of a round is
+a `failed` row naming the region, the round and the reason.
+
+The dispatchers are evaluated once, on the same held-out seeds the regions evaluate the
+global policy on; their metrics.csv rows are repeated in every round so that each round's
+rows compare like with like on their own, while their per_seed.csv rows are written once,
+as round 0 (they do not train, so every round's values would be the same). The global
+policy's per-seed rows are written every round, with the environment steps trained on so
+far, summed over the regions.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -21,9 +27,25 @@ import numpy as np
 from fedmc_flwr.baselines import evaluate_dispatchers, summary_rows
 from fedmc_flwr.config import ExperimentConfig
 from fedmc_flwr.evaluation import EvalResult, per_seed_rows
-from fedmc_flwr.federation.strategy import RegionUpdate, Weights, policy_name
+from fedmc_flwr.federation.aggregation import RegionUpdate, Weights
+from fedmc_flwr.federation.strategy import policy_name
 from fedmc_flwr.policies.ppo import ROUND_METRICS
-from fedmc_flwr.results import TIMING_COLUMNS, MetricsWriter, per_seed_writer
+from fedmc_flwr.results import (
+    PER_SEED_COLUMNS,
+    PER_SEED_FILE,
+    TIMING_COLUMNS,
+    MetricsWriter,
+)
+
+PROGRESS_FILE = "progress.json"
+STATUS_FILE = "status.json"
+
+
+def write_json(path: Path, value: object) -> None:
+    """`value` as JSON at `path`, replaced atomically (a reader never sees half a file)."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(value, sort_keys=True) + "\n")
+    os.replace(partial, path)
 
 
 def checkpoint(path: Path, weights: Sequence[np.ndarray]) -> None:
@@ -48,19 +70,34 @@ class RunRecorder:
     """metrics.csv, per_seed.csv, timing.csv and checkpoints of one federated run, in
     `out_dir`."""
 
-    def __init__(self, cfg: ExperimentConfig, out_dir: Path, region_names: list[str]) -> None:
+    def __init__(
+        self,
+        cfg: ExperimentConfig,
+        out_dir: Path,
+        region_names: list[str],
+        *,
+        resume_steps: int | None = None,
+    ) -> None:
+        """A fresh run, or (`resume_steps` given: the environment steps trained so far) one
+        that appends to the tables a resumed run has already cut back to its last round."""
         self.cfg = cfg
         self.out_dir = out_dir
         self.region_names = region_names
         self.policy = policy_name(cfg.federation)
         dispatchers = evaluate_dispatchers(cfg, progress=False)
         self.dispatcher_rows = summary_rows(dispatchers, region_names)
-        self.metrics = MetricsWriter(out_dir / "metrics.csv")
-        self.timing = MetricsWriter(out_dir / "timing.csv", columns=TIMING_COLUMNS)
-        self.per_seed = per_seed_writer(out_dir)
-        self.per_seed.write(per_seed_rows(dispatchers, region_names, **self._seed_key(0, 0)))
-        self.train_steps = 0
+        resumed = resume_steps is not None
+        self.metrics = MetricsWriter(out_dir / "metrics.csv", append=resumed)
+        self.timing = MetricsWriter(out_dir / "timing.csv", columns=TIMING_COLUMNS, append=resumed)
+        self.per_seed = MetricsWriter(
+            out_dir / PER_SEED_FILE, columns=PER_SEED_COLUMNS, append=resumed
+        )
+        if not resumed:
+            key = self._seed_key(0, 0)
+            self.per_seed.write(per_seed_rows(dispatchers, region_names, **key))
+        self.train_steps = resume_steps or 0
         """Environment steps the global policy was trained on so far, over all regions."""
+        write_json(out_dir / STATUS_FILE, {"state": "running"})
 
     def _seed_key(self, server_round: int, train_steps: int) -> dict[str, object]:
         return {
@@ -110,6 +147,25 @@ class RunRecorder:
         self.timing.write(self._keyed(server_round, "train", r) for r in timing)
         checkpoint(self.out_dir / "checkpoints" / f"round_{server_round:03d}.npz", weights)
 
+    def on_failures(self, server_round: int, phase: str, failed: dict[int, str]) -> None:
+        """One `failed` row per region left out of the round's training or evaluation."""
+        self.metrics.write(
+            self._keyed(
+                server_round,
+                "failed",
+                {
+                    "client": self.region_names[region],
+                    "policy": self.policy,
+                    "steps": 0,
+                    "reason": f"{phase}: {why}",
+                },
+            )
+            for region, why in failed.items()
+        )
+
+    def on_abort(self, reason: str) -> None:
+        write_json(self.out_dir / STATUS_FILE, {"state": "failed", "reason": reason})
+
     def on_evaluate(self, server_round: int, results: list[EvalResult], wall_s: float) -> None:
         rows = summary_rows(results, self.region_names) + self.dispatcher_rows
         self.metrics.write(self._keyed(server_round, "eval", r) for r in rows)
@@ -131,3 +187,9 @@ class RunRecorder:
                 )
             ]
         )
+        write_json(
+            self.out_dir / PROGRESS_FILE,
+            {"completed_round": server_round, "train_steps": self.train_steps},
+        )
+        if server_round == self.cfg.train.rounds:
+            write_json(self.out_dir / STATUS_FILE, {"state": "completed"})

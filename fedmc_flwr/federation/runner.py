@@ -8,7 +8,11 @@ project root, runtime dependency installation, telemetry and update checks off, 
 virtual client per region with one CPU each, the run's log streamed to the terminal, the
 run's final status read from `flwr list` (only `finished:completed` is a success), and
 every process the SuperLink spawned (SuperExec, the simulation, Ray) stopped by PID at
-the end, on failure and on Ctrl-C alike.
+the end, on failure, on Ctrl-C and at the deadline alike.
+
+Before Flower starts, it settles what to do with an experiment that already holds results
+(refuse, overwrite, or resume after the last completed round: `federation.resume`) and
+stops whatever a killed earlier run of the same experiment left running.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
@@ -30,15 +34,21 @@ import httpx
 import pandas as pd
 
 from fedmc_flwr.baselines import format_table
-from fedmc_flwr.config import ConfigError, load_config
+from fedmc_flwr.config import ConfigError, ExperimentConfig, load_config, to_yaml
+from fedmc_flwr.errors import RunFailure
+from fedmc_flwr.federation.processes import FlowerProcesses, owner_token, stop_stale
+from fedmc_flwr.federation.recorder import STATUS_FILE
+from fedmc_flwr.federation.resume import resume_point
+from fedmc_flwr.federation.server_app import initial_weights
 from fedmc_flwr.plots import plot_metrics
-from fedmc_flwr.results import experiment_dir
+from fedmc_flwr.results import experiment_path, holds_results
 
 CONNECTION = "fedmc"
 """Name of the SuperLink connection in the private Flower home."""
 STARTUP_TIMEOUT_S = 30.0
 POLL_S = 2.0
-STOP_GRACE_S = 10.0
+REGISTRY = ".fedmc-run.json"
+"""The run's process family, in its experiment directory while it runs."""
 FLOWER_ENV = {
     "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
     "FLWR_TELEMETRY_ENABLED": "0",
@@ -62,81 +72,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def _process_table() -> dict[int, tuple[int, int, int]]:
-    """pid -> (parent pid, session id, start time) of every live process, from /proc."""
-    table = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
-        if fields[0] != "Z":  # state ppid pgrp session ... starttime is field 19
-            table[int(entry.name)] = (int(fields[1]), int(fields[3]), int(fields[19]))
-    return table
-
-
-class FlowerProcesses:
-    """Every process a run starts, and everything they start in turn, stopped together.
-
-    Flower detaches its helpers (the SuperLink starts SuperExec in a new session, SuperExec
-    starts the simulation, which starts Ray), and a helper whose parent died is adopted by
-    init. So the family is tracked while the run goes: any child of a member, and any
-    process in a session a member leads, joins it. Members are remembered with their start
-    time, so a recycled PID is never signalled.
-    """
-
-    def __init__(self) -> None:
-        self.started: list[subprocess.Popen] = []
-        self.family: dict[int, int] = {}
-        """pid -> start time of every process seen in the family."""
-
-    def start(self, command: list[str], **kwargs: object) -> subprocess.Popen:
-        process = subprocess.Popen(command, start_new_session=True, **kwargs)  # type: ignore[call-overload]
-        self.started.append(process)
-        self.refresh()
-        return process
-
-    def refresh(self) -> None:
-        """Add the processes that joined the family since the last look."""
-        table = _process_table()
-        for process in self.started:
-            if process.pid in table:
-                self.family.setdefault(process.pid, table[process.pid][2])
-        grew = True
-        while grew:
-            grew = False
-            for pid, (ppid, session, started) in table.items():
-                if pid not in self.family and (ppid in self.family or session in self.family):
-                    self.family[pid] = started
-                    grew = True
-
-    def alive(self) -> list[int]:
-        """Family members still running (same PID and same start time)."""
-        table = _process_table()
-        return [pid for pid, t in self.family.items() if pid in table and table[pid][2] == t]
-
-    def stop(self) -> None:
-        """SIGTERM to the whole family, SIGKILL to what is left after a grace period."""
-        self.refresh()
-        _signal(self.alive(), signal.SIGTERM)
-        deadline = time.monotonic() + STOP_GRACE_S
-        while time.monotonic() < deadline and self.alive():
-            time.sleep(0.2)
-            self.refresh()  # a helper may spawn while shutting down
-        _signal(self.alive(), signal.SIGKILL)
-        for process in self.started:
-            process.wait()
-
-
-def _signal(pids: list[int], sig: signal.Signals) -> None:
-    for pid in pids:
-        with suppress(ProcessLookupError):
-            os.kill(pid, sig)
 
 
 @contextmanager
@@ -168,16 +103,14 @@ def _wait_healthy(port: int, superlink: subprocess.Popen, log_file: Path) -> Non
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while time.monotonic() < deadline:
         if superlink.poll() is not None:
-            raise RuntimeError(
-                f"flower-superlink exited with {superlink.returncode}; see {log_file}"
-            )
+            raise RunError(f"flower-superlink exited with {superlink.returncode}; see {log_file}")
         try:
             if httpx.get(f"http://127.0.0.1:{port}/health", timeout=0.5).is_success:
                 return
         except httpx.HTTPError:
             pass
         time.sleep(0.2)
-    raise RuntimeError(f"flower-superlink not up within {STARTUP_TIMEOUT_S:.0f} s; see {log_file}")
+    raise RunError(f"flower-superlink not up within {STARTUP_TIMEOUT_S:.0f} s; see {log_file}")
 
 
 def _flwr(args: list[str], env: dict[str, str], cwd: Path) -> dict:
@@ -194,9 +127,8 @@ def _flwr(args: list[str], env: dict[str, str], cwd: Path) -> dict:
     try:
         return json.loads(text)
     except json.JSONDecodeError:
-        raise RuntimeError(
-            f"flwr {args[0]} failed (exit {done.returncode}): {done.stderr.strip() or done.stdout}"
-        ) from None
+        detail = (done.stderr.strip() or done.stdout.strip()).splitlines() or ["no output"]
+        raise RunError(f"flwr {args[0]} failed (exit {done.returncode}): {detail[-1]}") from None
 
 
 def _final_status(
@@ -205,14 +137,18 @@ def _final_status(
     cwd: Path,
     processes: FlowerProcesses,
     stream: subprocess.Popen,
+    deadline: float,
 ) -> str:
-    """Wait for the run to finish; return its status text from `flwr list`.
+    """Wait for the run to finish; return its status text from `flwr list`, or `deadline`
+    when the run's deadline (a `time.monotonic` value) passes first.
 
     The log stream ends with the run, so `flwr list` (a whole CLI start each) is asked only
     then, and again every few seconds if the stream ended early (a lost connection).
     """
     while True:
         processes.refresh()
+        if time.monotonic() > deadline:
+            return "deadline"
         try:
             stream.wait(timeout=POLL_S)
         except subprocess.TimeoutExpired:
@@ -224,6 +160,10 @@ def _final_status(
         time.sleep(POLL_S)
 
 
+class RunError(RunFailure, RuntimeError):
+    """Flower could not be started or driven (not a problem of the experiment itself)."""
+
+
 def last_round_table(csv_path: Path) -> str:
     """The last round's held-out evaluation (mean over regions), best reward first."""
     frame = pd.read_csv(csv_path)
@@ -231,26 +171,69 @@ def last_round_table(csv_path: Path) -> str:
     last = int(evals["round"].max())
     rows = evals[evals["round"] == last].sort_values("reward", ascending=False)
     return f"round {last}, held-out evaluation, mean over regions:\n" + format_table(
-        rows.to_dict("records")
+        rows.drop(columns=["reason"], errors="ignore").to_dict("records")
     )
 
 
+def _failure(out: Path) -> str:
+    """Why the run stopped, as the ServerApp recorded it, if it did."""
+    try:
+        status = json.loads((out / STATUS_FILE).read_text())
+    except (OSError, ValueError):
+        return ""
+    return str(status.get("reason", "")) if status.get("state") == "failed" else ""
+
+
+def _settle_existing(cfg: ExperimentConfig, out: Path, on_existing: str) -> int | None:
+    """What an existing experiment means for this run: None to go on, or an exit code."""
+    if on_existing == "refuse" and holds_results(out):
+        print(
+            f"fedmc: {out} already holds results; pass --resume to continue that run or "
+            "--overwrite to replace it",
+            file=sys.stderr,
+        )
+        return 2
+    if on_existing != "resume":
+        return None
+    start = resume_point(out, to_yaml(cfg), initial_weights(cfg), cfg.train.rounds)
+    if start.completed_round == cfg.train.rounds:
+        print(f"fedmc: {cfg.name} already completed its {cfg.train.rounds} rounds")
+        print(last_round_table(out / "metrics.csv"))
+        return 0
+    if start.completed_round:
+        print(f"fedmc: resuming {cfg.name} after round {start.completed_round}", flush=True)
+    return None
+
+
 def run_federation(
-    config_path: Path, overrides: list[str], num_supernodes: int | None = None
+    config_path: Path,
+    overrides: list[str],
+    num_supernodes: int | None = None,
+    on_existing: str = "refuse",
 ) -> int:
     """Run one experiment (YAML + dotted overrides) in Flower's simulation engine.
 
-    `num_supernodes` defaults to one virtual client per region. Returns 0 when the run
-    finished as completed (and its plots are drawn), 1 otherwise.
+    `num_supernodes` defaults to one virtual client per region; `on_existing` says what to
+    do when the experiment already holds results ('refuse', 'overwrite' or 'resume').
+    Returns 0 when the run completed (and its plots are drawn), 1 when it failed or hit its
+    deadline (every finished round is kept), 2 when an existing experiment was refused.
     """
     cfg = load_config(config_path, overrides)
     spaced = [item for item in overrides if len(item.split()) != 1]
     if spaced:
         raise ConfigError(f"override {spaced[0]!r}: values with spaces cannot be passed to Flower")
-    out = experiment_dir(cfg.results_dir, cfg.name)
+    out = experiment_path(cfg.results_dir, cfg.name)
+    out.mkdir(parents=True, exist_ok=True)
+    stale = stop_stale(out / REGISTRY)
+    if stale:
+        print(f"fedmc: stopped {stale} processes a killed earlier run left behind", flush=True)
+    settled = _settle_existing(cfg, out, on_existing)
+    if settled is not None:
+        return settled
     supernodes = num_supernodes or cfg.world.regions
     root = project_root()
-    processes = FlowerProcesses()
+    processes = FlowerProcesses(out / REGISTRY)
+    deadline = time.monotonic() + (cfg.federation.deadline_s or float("inf"))
     with tempfile.TemporaryDirectory(prefix="fedmc-flwr-") as tmp, _sigterm_as_interrupt():
         home = Path(tmp)
         env = {
@@ -287,6 +270,8 @@ def run_federation(
                 f"config = {_toml_string(str(Path(config_path).resolve()))}\n"
                 f"overrides = {_toml_string(' '.join(overrides))}\n"
                 f"results-dir = {_toml_string(str(out.parent))}\n"
+                f"on-existing = {_toml_string(on_existing)}\n"
+                f"owner = {_toml_string(owner_token())}\n"
             )
             started = _flwr(
                 [
@@ -302,8 +287,7 @@ def run_federation(
                 root,
             )
             if not started.get("success"):
-                print(f"fedmc: flwr run failed: {started}", file=sys.stderr)
-                return 1
+                raise RunError(f"flwr run failed: {started}")
             run_id = str(started["run-id"])
             print(
                 f"fedmc: run {run_id}: {cfg.name}, {cfg.world.regions} regions on "
@@ -313,11 +297,22 @@ def run_federation(
             stream = processes.start(
                 [str(BIN / "flwr"), "log", run_id, CONNECTION, "--stream"], env=env, cwd=root
             )
-            status = _final_status(run_id, env, root, processes, stream)
+            status = _final_status(run_id, env, root, processes, stream, deadline)
         finally:
             processes.stop()
+    if status == "deadline":
+        print(
+            f"fedmc: federation.deadline_s ({cfg.federation.deadline_s:g} s) reached; every "
+            f"finished round is in {out} (continue with --resume)",
+            file=sys.stderr,
+        )
+        return 1
     if status != "finished:completed":
-        print(f"fedmc: run {run_id} ended as {status}; results so far in {out}", file=sys.stderr)
+        why = _failure(out) or f"it ended as {status}"
+        print(
+            f"fedmc: run {run_id} failed: {why}; results so far in {out} (continue with --resume)",
+            file=sys.stderr,
+        )
         return 1
     plots = plot_metrics(out / "metrics.csv", None)
     print(last_round_table(out / "metrics.csv"))

@@ -7,6 +7,9 @@ Run-config keys (`[tool.flwr.app.config]` in pyproject.toml, `--run-config` over
 | `config` | experiment YAML; relative paths are taken inside the app (`conf/` ships in the FAB) |
 | `overrides` | space-separated dotted `key=value` overrides of the YAML, e.g. `train.rounds=2` |
 | `results-dir` | absolute results directory; empty keeps the YAML's `results_dir` |
+| `on-existing` | when the experiment already holds results: `refuse`, `overwrite` or `resume` |
+| `owner` | `pid:start` of the process that started the run, set by `fedmc run`: the run |
+| | stops when that process is gone; empty: no owner |
 
 A relative `results_dir` is taken from the ServerApp's working directory, which is the
 directory the SuperLink was started from: for `flwr run .` from the project root (which
@@ -16,6 +19,7 @@ absolute `results-dir`.
 
 from __future__ import annotations
 
+from functools import partial
 from logging import INFO
 from pathlib import Path
 
@@ -26,10 +30,11 @@ from flwr.common.logger import log
 from flwr.server import ServerApp, ServerAppComponents, ServerConfig
 
 from fedmc_flwr.config import ExperimentConfig, load_config, to_yaml
+from fedmc_flwr.federation.processes import token_alive
 from fedmc_flwr.federation.recorder import RunRecorder
+from fedmc_flwr.federation.resume import prepare_experiment
 from fedmc_flwr.federation.strategy import RegionStrategy
 from fedmc_flwr.policies.ppo import STATISTICS, PPOLearner
-from fedmc_flwr.results import experiment_dir
 from fedmc_flwr.seeds import learner_seed
 from fedmc_flwr.sim.signals import region_catalogue
 
@@ -59,24 +64,45 @@ def initial_weights(cfg: ExperimentConfig) -> list[np.ndarray]:
 
 
 def server_fn(context: Context) -> ServerAppComponents:
-    """Everything before round 1: config, results directory, dispatcher rows, first weights."""
+    """Everything before the first round: config, results directory (fresh, overwritten or
+    resumed), dispatcher rows, the weights the first round starts from."""
     cfg = experiment_config(context.run_config)
-    out = experiment_dir(cfg.results_dir, cfg.name)
     resolved = to_yaml(cfg)
-    (out / "config.yaml").write_text(resolved)
-    log(INFO, "experiment %s: results in %s", cfg.name, out)
+    on_existing = str(context.run_config.get("on-existing", "refuse"))
+    out, start = prepare_experiment(
+        cfg.results_dir, cfg.name, on_existing, resolved, initial_weights(cfg), cfg.train.rounds
+    )
+    done = start.completed_round
+    log(
+        INFO,
+        "experiment %s: results in %s, %d of %d rounds done",
+        cfg.name,
+        out,
+        done,
+        cfg.train.rounds,
+    )
     names = [r.name for r in region_catalogue(cfg.world.regions)]
-    recorder = RunRecorder(cfg, out, names)
-    initial = initial_weights(cfg)
+    recorder = RunRecorder(cfg, out, names, resume_steps=start.train_steps if done else None)
     state_dir = str(out / "clients")
 
     def instructions(server_round: int) -> dict[str, Scalar]:
         return {"server-round": server_round, "experiment": resolved, "state-dir": state_dir}
 
     strategy = RegionStrategy(
-        initial, cfg.federation, cfg.world.regions, instructions, recorder, len(STATISTICS)
+        start.weights,
+        cfg.federation,
+        cfg.world.regions,
+        instructions,
+        recorder,
+        len(STATISTICS),
+        max_steps=cfg.ppo.num_envs * cfg.train.steps_per_round,
+        first_round=done + 1,
+        owner_alive=partial(token_alive, str(context.run_config.get("owner", ""))),
     )
-    return ServerAppComponents(strategy=strategy, config=ServerConfig(num_rounds=cfg.train.rounds))
+    config = ServerConfig(
+        num_rounds=cfg.train.rounds - done, round_timeout=cfg.federation.round_timeout_s
+    )
+    return ServerAppComponents(strategy=strategy, config=config)
 
 
 app = ServerApp(server_fn=server_fn)

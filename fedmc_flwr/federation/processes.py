@@ -1,0 +1,171 @@
+"""The process family of a run: everything a run starts, found and stopped by PID.
+
+psutil reads the process table portably; a member is known by its PID and its start time,
+so a recycled PID is never signalled. On Linux every process a run starts directly is
+told to stop when the run's own process dies (`PR_SET_PDEATHSIG`), even by SIGKILL: the
+SuperLink going down takes SuperExec, the simulation and Ray with it within seconds.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from pathlib import Path
+
+import psutil
+
+from fedmc_flwr.errors import InputError
+from fedmc_flwr.federation.recorder import write_json
+
+STOP_GRACE_S = 10.0
+_PR_SET_PDEATHSIG = 1
+
+
+def _stop_with_parent() -> None:
+    """Runs in the child between fork and exec: SIGTERM when the parent dies."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _process_table() -> dict[int, tuple[int, int, float]]:
+    """pid -> (parent pid, session id, start time) of every live process."""
+    table = {}
+    for process in psutil.process_iter(["ppid", "create_time", "status"]):
+        info = process.info
+        if info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        try:
+            table[process.pid] = (info["ppid"], os.getsid(process.pid), info["create_time"])
+        except OSError:  # gone meanwhile
+            continue
+    return table
+
+
+class FlowerProcesses:
+    """Every process a run starts, and everything they start in turn, stopped together.
+
+    Flower detaches its helpers (the SuperLink starts SuperExec in a new session, SuperExec
+    starts the simulation, which starts Ray), and a helper whose parent died is adopted by
+    init. So the family is tracked while the run goes: any child of a member, and any
+    process in a session a member leads, joins it. Members are remembered with their start
+    time, so a recycled PID is never signalled. The family is also written to `registry`
+    as it grows: if this process is killed outright (SIGKILL, no cleanup), the next run of
+    the same experiment stops what it left behind (`stop_stale`).
+    """
+
+    def __init__(self, registry: Path | None = None) -> None:
+        self.started: list[subprocess.Popen] = []
+        self.family: dict[int, float] = {}
+        """pid -> start time of every process seen in the family."""
+        self.registry = registry
+
+    def start(self, command: list[str], **kwargs: object) -> subprocess.Popen:
+        if sys.platform == "linux":
+            kwargs["preexec_fn"] = _stop_with_parent
+        process = subprocess.Popen(command, start_new_session=True, **kwargs)  # type: ignore[call-overload]
+        self.started.append(process)
+        self.refresh()
+        return process
+
+    def refresh(self) -> None:
+        """Add the processes that joined the family since the last look."""
+        table = _process_table()
+        before = len(self.family)
+        for process in self.started:
+            if process.pid in table:
+                self.family.setdefault(process.pid, table[process.pid][2])
+        grew = True
+        while grew:
+            grew = False
+            for pid, (ppid, session, started) in table.items():
+                if pid not in self.family and (ppid in self.family or session in self.family):
+                    self.family[pid] = started
+                    grew = True
+        if self.registry is not None and len(self.family) != before:
+            me = psutil.Process()
+            family = {str(pid): t for pid, t in self.family.items()}
+            write_json(self.registry, {"owner": [me.pid, me.create_time()], "family": family})
+
+    def alive(self) -> list[int]:
+        """Family members still running (same PID and same start time)."""
+        return _alive(self.family)
+
+    def stop(self) -> None:
+        """SIGTERM to the whole family, SIGKILL to what is left after a grace period."""
+        self.refresh()
+        _terminate(self.alive(), self.refresh, self.alive)
+        for process in self.started:
+            process.wait()
+        if self.registry is not None:
+            self.registry.unlink(missing_ok=True)
+
+
+def owner_token() -> str:
+    """This process as `pid:start time`, for a child to check that it is still there."""
+    me = psutil.Process()
+    return f"{me.pid}:{me.create_time()!r}"
+
+
+def token_alive(token: str) -> bool:
+    """Whether the process an `owner_token` names still runs (an empty token: no owner)."""
+    if not token:
+        return True
+    pid, _, started = token.partition(":")
+    try:
+        return bool(_alive({int(pid): float(started)}))
+    except ValueError:
+        return True  # not a token this code wrote: no owner to watch
+
+
+def _alive(members: dict[int, float]) -> list[int]:
+    table = _process_table()
+    return [pid for pid, t in members.items() if pid in table and table[pid][2] == t]
+
+
+def _terminate(
+    pids: list[int], refresh: Callable[[], None], alive: Callable[[], list[int]]
+) -> None:
+    _signal(pids, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_S
+    while time.monotonic() < deadline and alive():
+        time.sleep(0.2)
+        refresh()  # a helper may spawn while shutting down
+    _signal(alive(), signal.SIGKILL)
+
+
+class ExperimentBusy(InputError, RuntimeError):
+    """Another live run is writing this experiment."""
+
+
+def stop_stale(registry: Path) -> int:
+    """Stop the processes a killed run of this experiment left behind; how many were alive.
+
+    ExperimentBusy when the run that wrote `registry` is itself still alive."""
+    try:
+        saved = json.loads(registry.read_text())
+        owner_pid, owner_start = int(saved["owner"][0]), float(saved["owner"][1])
+        members = {int(pid): float(t) for pid, t in saved["family"].items()}
+    except FileNotFoundError:
+        return 0
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+        registry.unlink()  # unreadable: nothing can be identified safely
+        return 0
+    if _alive({owner_pid: owner_start}):
+        raise ExperimentBusy(f"{registry.parent} is being written by a live run (pid {owner_pid})")
+    left = _alive(members)
+    if left:
+        _terminate(left, lambda: None, lambda: _alive(members))
+    registry.unlink(missing_ok=True)
+    return len(left)
+
+
+def _signal(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        with suppress(ProcessLookupError):
+            os.kill(pid, sig)
