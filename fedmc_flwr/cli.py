@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fedmc_flwr.config import ConfigError, ExperimentConfig, load_config
+from fedmc_flwr.hooks import cli as hooks_cli
 
 DEFAULT_CONFIG = "conf/small_demo.yaml"
 
@@ -67,6 +68,7 @@ def _parser() -> argparse.ArgumentParser:
         "--round", default="last", help="learners' round: a number, or 'last' (default)"
     )
     report.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    hooks_cli.add_parsers(sub)
     return parser
 
 
@@ -77,6 +79,8 @@ def _config(args: argparse.Namespace) -> ExperimentConfig:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `fedmc` console script; returns the process exit code."""
     args = _parser().parse_args(argv)
+    if args.command in ("export", "hooks"):
+        return hooks_cli.run(args)
     try:
         if args.command == "baselines":
             cfg = _config(args)
