@@ -74,6 +74,7 @@ bench: setup
 	$(BIN)/python bench/bench_sim.py
 	$(BIN)/python bench/bench_ppo.py
 	$(BIN)/python bench/bench_federation.py
+	$(BIN)/python bench/bench_serving.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
