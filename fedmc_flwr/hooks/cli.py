@@ -63,6 +63,5 @@ def run(args: argparse.Namespace) -> int:
     except (LiveRefused, ConfigError, FileNotFoundError) as exc:
         print(f"fedmc: hooks: {exc}", file=sys.stderr)
         return 2
-    except ServiceUnavailable as exc:
-        print(f"fedmc: hooks: {exc}", file=sys.stderr)
-        return 1
+    except ServiceUnavailable:
+        return 1  # its one log line is already out
