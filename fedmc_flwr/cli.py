@@ -39,7 +39,9 @@ def _parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train PPO without federation")
     _add_config_args(train)
     train.add_argument("--mode", choices=("centralised", "local"), default="centralised")
-    _add_config_args(sub.add_parser("run", help="federated training through Flower"))
+    run = sub.add_parser("run", help="federated training through Flower")
+    _add_config_args(run)
+    run.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics")
     plot = sub.add_parser("plot", help="draw the plots of a metrics.csv")
     plot.add_argument("metrics", type=Path, help="path to a metrics.csv")
     plot.add_argument("--out", type=Path, default=None, help="folder for the PNGs")
@@ -93,10 +95,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             train(cfg, args.mode)
         elif args.command == "run":
-            _config(args)  # fail fast, before Flower starts, on a bad config
+            cfg = _config(args)  # fail fast, before Flower starts, on a bad config
             from fedmc_flwr.federation.runner import run_federation
+            from fedmc_flwr.hooks.prometheus import exporting
+            from fedmc_flwr.results import experiment_dir
 
-            return run_federation(Path(args.config), args.overrides)
+            with exporting(experiment_dir(cfg.results_dir, cfg.name), args.metrics_port):
+                return run_federation(Path(args.config), args.overrides)
         elif args.command == "plot":
             from fedmc_flwr.plots import plot_metrics
 

@@ -16,6 +16,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 from services import Service, free_port, require_binary
 
+from fedmc_flwr.cli import main
 from fedmc_flwr.config import ExperimentConfig, WorldConfig
 from fedmc_flwr.hooks.config import PrometheusHook
 from fedmc_flwr.hooks.prometheus import (
@@ -240,3 +241,26 @@ def test_adapter_times_out_on_a_server_that_never_answers(caplog) -> None:
             adapter.query_range("up", 0, 10, 1)
     assert time.monotonic() - start < 2.0
     assert len(caplog.records) == 1
+
+
+def test_fedmc_run_serves_the_run_while_it_goes(tmp_path, monkeypatch) -> None:
+    """`fedmc run --metrics-port`: the exporter is up while the federation runs, reading the
+    run's directory (the federation itself is replaced by one that writes two rounds)."""
+    port, seen = free_port(), []
+
+    def federation(config: Path, overrides: list[str]) -> int:
+        write_run(tmp_path / "demo", rounds=2)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and 'fedmc_round{experiment="demo"} 2.0' not in (
+            body := httpx.get(f"http://127.0.0.1:{port}/metrics").text
+        ):
+            time.sleep(0.1)
+        seen.append(body)
+        return 0
+
+    monkeypatch.setattr("fedmc_flwr.federation.runner.run_federation", federation)
+    argv = ["run", "--set", f"results_dir={tmp_path}", "--set", "name=demo"]
+    assert main([*argv, "--metrics-port", str(port)]) == 0
+    assert 'fedmc_round{experiment="demo"} 2.0' in seen[0]
+    with pytest.raises(httpx.ConnectError):  # stopped with the run
+        httpx.get(f"http://127.0.0.1:{port}/metrics")

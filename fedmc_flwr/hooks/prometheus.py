@@ -17,6 +17,8 @@ from __future__ import annotations
 import csv
 import logging
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -126,6 +128,17 @@ class RunExporter:
         self._server.shutdown()
         self._server.server_close()
         self._server_thread.join()
+
+
+@contextmanager
+def exporting(run_dir: Path, port: int | None) -> Iterator[RunExporter | None]:
+    """`start_exporter` for the duration of a block (nothing when `port` is None)."""
+    exporter = start_exporter(run_dir, port) if port else None
+    try:
+        yield exporter
+    finally:
+        if exporter is not None:
+            exporter.stop()
 
 
 def start_exporter(run_dir: Path, port: int) -> RunExporter | None:
