@@ -49,9 +49,3 @@ class OnnxPolicy:
     def act(self, obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """[B, obs_dim] observations and [B, A] masks -> [B] int64 actions."""
         return self.run(obs, mask)[0]
-
-    def region_split(self, actions: np.ndarray) -> np.ndarray:
-        """[R] share of `actions` sent to each region (the Tier-1 traffic split)."""
-        regions = np.asarray(actions) // self.nodes_per_region
-        counts = np.bincount(regions, minlength=len(self.region_names))
-        return counts / max(1, counts.sum())

@@ -23,11 +23,16 @@ from fedmc_flwr.serving import OnnxPolicy
 log = logging.getLogger("fedmc.hooks")
 
 
+def _kubeconfig(cfg: IntegrationConfig) -> str | None:
+    """The kubeconfig file the config or $KUBECONFIG names, if it exists."""
+    path = cfg.kubernetes.kubeconfig or os.environ.get("KUBECONFIG", "")
+    return path if path and Path(path).is_file() else None
+
+
 def _credentials(hook: str, cfg: IntegrationConfig) -> dict[str, str | None]:
     """What live mode needs, by the name an operator would set."""
     if hook == "k8s":
-        path = cfg.kubernetes.kubeconfig or os.environ.get("KUBECONFIG", "")
-        return {"a kubeconfig file (KUBECONFIG)": path if path and Path(path).is_file() else None}
+        return {"a kubeconfig file (KUBECONFIG)": _kubeconfig(cfg)}
     if hook == "openstack":
         name = cfg.openstack.token_env
         return {name: os.environ.get(name)}
@@ -65,9 +70,8 @@ def run_hook(hook: str, action: str, policy_path: Path, config: Path, log_path: 
     if hook == "k8s":
         from fedmc_flwr.hooks.kubernetes import Scaler, apps_api, desired_replicas
 
-        kubeconfig = cfg.kubernetes.kubeconfig or os.environ.get("KUBECONFIG", "")
-        reachable = action == "apply" and kubeconfig and Path(kubeconfig).is_file()
-        api = apps_api(kubeconfig) if reachable else None
+        kubeconfig = _kubeconfig(cfg)
+        api = apps_api(kubeconfig) if action == "apply" and kubeconfig else None
         Scaler(api, cfg.kubernetes, actions).apply(
             desired_replicas(decisions, cfg.kubernetes), live
         )
