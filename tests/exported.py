@@ -36,3 +36,8 @@ def integration_config(folder: Path, experiment: Path, section: str, **values: o
     body = {"experiment": str(experiment), "steps": 20, "worlds": 2, section: values}
     path.write_text(yaml.safe_dump(body))
     return path
+
+
+def apply_argv(hook: str, policy: Path, config: Path) -> list[str]:
+    """`fedmc hooks apply` of `hook` with a policy and an integration config."""
+    return ["hooks", "apply", "--hook", hook, "--policy", str(policy), "--config", str(config)]

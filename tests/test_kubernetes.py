@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from exported import REGIONS, exported_policy, integration_config
+from exported import REGIONS, apply_argv, exported_policy, integration_config
 
 from fedmc_flwr.cli import main
 from fedmc_flwr.hooks.config import KubernetesHook
@@ -61,7 +61,7 @@ def estate(kmock, tmp_path, monkeypatch) -> list[str]:
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig(tmp_path, str(kmock.url))))
     monkeypatch.delenv("INTEGRATION_MODE", raising=False)
     config = integration_config(tmp_path, experiment, "kubernetes", jobs_per_replica_s=5.0)
-    return ["hooks", "apply", "--hook", "k8s", "--policy", str(policy), "--config", str(config)]
+    return apply_argv("k8s", policy, config)
 
 
 def writes(kmock) -> list:

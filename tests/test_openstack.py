@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from exported import NODES, REGIONS, exported_policy, integration_config
+from exported import NODES, REGIONS, apply_argv, exported_policy, integration_config
 from services import REPO, Service, free_port
 
 from fedmc_flwr.cli import main
@@ -99,16 +99,7 @@ def argv(placement: Placement, tmp_path: Path, monkeypatch) -> list[str]:
     monkeypatch.delenv("INTEGRATION_MODE", raising=False)
     monkeypatch.setenv("OS_AUTH_TOKEN", "admin")
     placement.mark()
-    return [
-        "hooks",
-        "apply",
-        "--hook",
-        "openstack",
-        "--policy",
-        str(policy),
-        "--config",
-        str(config),
-    ]
+    return apply_argv("openstack", policy, config)
 
 
 def claims(out: str) -> list[str]:
@@ -158,16 +149,6 @@ def test_a_placement_that_is_down_costs_one_line_and_exit_1(tmp_path, monkeypatc
     dead = f"http://127.0.0.1:{free_port()}"
     config = integration_config(tmp_path, experiment, "openstack", url=dead, attempts=2)
     monkeypatch.setenv("OS_AUTH_TOKEN", "admin")
-    argv = [
-        "hooks",
-        "apply",
-        "--hook",
-        "openstack",
-        "--policy",
-        str(policy),
-        "--config",
-        str(config),
-    ]
     with caplog.at_level(logging.WARNING, logger="fedmc.hooks"):
-        assert main(argv) == 1
+        assert main(apply_argv("openstack", policy, config)) == 1
     assert len(caplog.records) == 1 and "unavailable after 2 tries" in caplog.text

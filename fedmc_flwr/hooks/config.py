@@ -18,15 +18,21 @@ from fedmc_flwr.config import ConfigError
 
 
 @dataclass
-class PrometheusHook:
+class ServiceCalls:
+    """How patiently a hook talks to its service (see `retry.py`)."""
+
+    timeout_s: float = 5.0
+    """Timeout of one request, in seconds."""
+    attempts: int = 3
+    """Tries per request before the hook gives up with one log line."""
+
+
+@dataclass
+class PrometheusHook(ServiceCalls):
     """Where the cluster's signals come from (read only: this hook never writes)."""
 
     url: str = "http://127.0.0.1:9090"
     """Base URL of the Prometheus server's HTTP API."""
-    timeout_s: float = 2.0
-    """Timeout of one HTTP request."""
-    attempts: int = 3
-    """Tries per request before the hook falls back to the world's own signals."""
     region_label: str = "region"
     """Series label whose value is a world region name (e.g. us-east1)."""
     arrival_rate: str = ""
@@ -40,7 +46,7 @@ class PrometheusHook:
 
 
 @dataclass
-class KubernetesHook:
+class KubernetesHook(ServiceCalls):
     """Which Deployment serves each region, and how many jobs one replica serves."""
 
     namespace: str = "default"
@@ -54,12 +60,10 @@ class KubernetesHook:
     max_replicas: int = 50
     kubeconfig: str = ""
     """Kubeconfig file ("" reads $KUBECONFIG); live mode needs one."""
-    timeout_s: float = 5.0
-    attempts: int = 3
 
 
 @dataclass
-class OpenStackHook:
+class OpenStackHook(ServiceCalls):
     """The Placement endpoint and how a (region, node) maps to a resource provider."""
 
     url: str = "http://127.0.0.1:8778"
@@ -73,8 +77,6 @@ class OpenStackHook:
     """What one job claims."""
     project_id: str = "fedmc"
     user_id: str = "fedmc"
-    timeout_s: float = 5.0
-    attempts: int = 3
 
 
 @dataclass
