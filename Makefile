@@ -10,7 +10,7 @@ TORCH := torch==2.13.0+cpu
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 CONFIG ?= conf/small_demo.yaml
 
-.PHONY: setup lock demo test lint baselines train plots results report bench clean
+.PHONY: setup lock placement demo test lint baselines train plots results report bench clean
 
 $(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
@@ -68,7 +68,19 @@ report: setup
 lint: setup
 	$(BIN)/ruff check .
 
-test: setup
+# OpenStack Placement for the hook's integration tests, in a virtualenv of its own so that
+# its ~70 dependencies (oslo, SQLAlchemy, ...) stay out of the project's lock.
+PLACEMENT_VENV := .venv-placement
+PLACEMENT := openstack-placement==16.0.0
+
+$(PLACEMENT_VENV)/.installed:
+	$(PYTHON) -m venv $(PLACEMENT_VENV)
+	$(PLACEMENT_VENV)/bin/pip install --quiet $(PLACEMENT)
+	touch $@
+
+placement: $(PLACEMENT_VENV)/.installed
+
+test: setup placement
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q
 
@@ -76,6 +88,7 @@ bench: setup
 	$(BIN)/python bench/bench_sim.py
 	$(BIN)/python bench/bench_ppo.py
 	$(BIN)/python bench/bench_federation.py
+	$(BIN)/python bench/bench_serving.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

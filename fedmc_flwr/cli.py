@@ -14,6 +14,7 @@ from pathlib import Path
 
 from fedmc_flwr.config import ExperimentConfig, load_config
 from fedmc_flwr.errors import InputError, RunFailure
+from fedmc_flwr.hooks import cli as hooks_cli
 
 DEFAULT_CONFIG = "conf/small_demo.yaml"
 
@@ -54,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     existing.add_argument(
         "--overwrite", action="store_true", help="replace the results of an earlier run"
     )
+    run.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics")
     plot = sub.add_parser("plot", help="draw the plots of a metrics.csv")
     plot.add_argument("metrics", type=Path, help="path to a metrics.csv")
     plot.add_argument("--out", type=Path, default=None, help="folder for the PNGs")
@@ -82,6 +84,7 @@ def _parser() -> argparse.ArgumentParser:
         "--round", default="last", help="learners' round: a number, or 'last' (default)"
     )
     report.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    hooks_cli.add_parsers(sub)
     return parser
 
 
@@ -96,17 +99,23 @@ def _naming(path: Path, exc: Exception) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    """`fedmc run`: a bad config fails fast, before Flower starts."""
-    _config(args)
+    """`fedmc run`: a bad config fails fast, before Flower starts; `--metrics-port` serves
+    the run's rows to Prometheus while it goes."""
+    cfg = _config(args)
     from fedmc_flwr.federation.runner import run_federation
+    from fedmc_flwr.hooks.prometheus import exporting
+    from fedmc_flwr.results import experiment_path
 
     on_existing = "resume" if args.resume else "overwrite" if args.overwrite else "refuse"
-    return run_federation(Path(args.config), args.overrides, on_existing=on_existing)
+    with exporting(experiment_path(cfg.results_dir, cfg.name), args.metrics_port):
+        return run_federation(Path(args.config), args.overrides, on_existing=on_existing)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `fedmc` console script; returns the process exit code."""
     args = _parser().parse_args(argv)
+    if args.command in ("export", "hooks"):
+        return hooks_cli.run(args)
     try:
         if args.command == "baselines":
             cfg = _config(args)

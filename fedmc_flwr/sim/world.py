@@ -355,6 +355,34 @@ class MultiCloudSim:
         self.obs, self.mask = obs, mask
         return StepResult(obs, mask.copy(), reward, metrics, invalid, refused)
 
+    def replay_signals(
+        self, arrival_rate: np.ndarray | None = None, carbon: np.ndarray | None = None
+    ) -> None:
+        """Set each region's arrival rate (jobs/s) and grid carbon (gCO2eq/kWh) from now on.
+
+        This is how the world replays what a real cluster reported: call it again at each
+        sample of a trace. A replayed signal follows the trace alone, so its synthetic
+        daily cycle is switched off in every region; NaN keeps a region's own mean. The
+        reward's normalisers stay the config's, so rewards keep their units.
+        """
+        reg, p = self._statics[4], self._statics[6]
+        for row, swing, values, what in (
+            (kernel.ARRIVAL_RATE, None, arrival_rate, "positive"),
+            (kernel.CARBON_MEAN, kernel.CARBON_SWING, carbon, "non-negative"),
+        ):
+            if values is None:
+                continue
+            values = np.asarray(values, dtype=np.float64)
+            known = values[~np.isnan(values)]
+            bad = (known <= 0).any() if swing is None else (known < 0).any()
+            if values.shape != (self.num_regions,) or bad:
+                raise ValueError(f"need {self.num_regions} {what} values or NaN, got {values}")
+            reg[row] = np.where(np.isnan(values), reg[row], values)
+            if swing is None:
+                p[kernel.ARRIVAL_SWING] = 0.0
+            else:
+                reg[swing] = 0.0
+
     def dispatch_costs(self) -> np.ndarray:
         """[B, A] immediate weighted cost of each action for the waiting job (inf if masked).
 
