@@ -66,5 +66,9 @@ def test_the_median_survives_a_scaled_update_that_ruins_the_mean(tmp_path: Path)
         finals[name] = reward(aggregate(replies, weights, rule, statistics))
     damaged = reward(aggregate(attack(first, start), start, mean, statistics))
     clean, robust = finals["clean"], finals["robust"]
+    print(
+        f"held-out reward: clean {clean:.4f}, median attacked {robust:.4f}, "
+        f"mean attacked {damaged:.4f}"
+    )
     assert abs(robust - clean) <= 0.05 * abs(clean), (clean, robust)
     assert damaged < clean - 0.25 * abs(clean), (clean, damaged)
