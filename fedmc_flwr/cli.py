@@ -39,8 +39,14 @@ def _parser() -> argparse.ArgumentParser:
     _add_config_args(train)
     train.add_argument("--mode", choices=("centralised", "local"), default="centralised")
     _add_config_args(sub.add_parser("run", help="federated training through Flower"))
-    plot = sub.add_parser("plot", help="draw the plots of a metrics.csv")
-    plot.add_argument("metrics", type=Path, help="path to a metrics.csv")
+    sweep = sub.add_parser("sweep", help="every variant x training seed, resumable, summarised")
+    sweep.add_argument("--config", required=True, type=Path, help="sweep YAML (conf/sweeps/)")
+    sweep.add_argument("--baseline", default=None, help="pair against this policy instead")
+    sweep.add_argument("--summary-only", action="store_true", help="summarise, run nothing")
+    plot = sub.add_parser("plot", help="draw the plots of a metrics.csv or a sweep folder")
+    plot.add_argument(
+        "metrics", type=Path, help="path to a metrics.csv, or a sweep folder (summary.csv)"
+    )
     plot.add_argument("--out", type=Path, default=None, help="folder for the PNGs")
     plot.add_argument(
         "--baseline",
@@ -93,11 +99,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             from fedmc_flwr.federation.runner import run_federation
 
             return run_federation(Path(args.config), args.overrides)
+        elif args.command == "sweep":
+            from fedmc_flwr.sweep import main as sweep_main
+
+            return sweep_main(args.config, args.baseline, args.summary_only)
         elif args.command == "plot":
             from fedmc_flwr.plots import plot_metrics
+            from fedmc_flwr.sweep_plots import plot_sweep
 
             try:
-                paths = plot_metrics(args.metrics, args.out, baselines=args.baselines)
+                if args.metrics.is_dir():
+                    paths = plot_sweep(args.metrics, args.out)
+                else:
+                    paths = plot_metrics(args.metrics, args.out, baselines=args.baselines)
             except (FileNotFoundError, ValueError) as exc:
                 print(f"fedmc: plot: {exc}", file=sys.stderr)
                 return 2
