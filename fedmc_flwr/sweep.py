@@ -100,8 +100,9 @@ class Sweep:
     cells: tuple[Cell, ...]
 
 
-def load_sweep(path: str | Path) -> Sweep:
-    """Read and check a sweep file; every cell's config is loaded (and so validated) here."""
+def load_sweep(path: str | Path, results_dir: str | Path | None = None) -> Sweep:
+    """Read and check a sweep file; every cell's config is loaded (and so validated) here.
+    `results_dir` replaces the file's (a notebook or a test writes elsewhere)."""
     path = Path(path).resolve()
     if not path.is_file():
         raise ConfigError(f"{path}: no such sweep file")
@@ -118,7 +119,8 @@ def load_sweep(path: str | Path) -> Sweep:
     for name, variant in spec.variants.items():
         if variant.kind not in KINDS:
             raise ConfigError(f"{path}: variants.{name}.kind = {variant.kind!r}; expected {KINDS}")
-    out_dir = Path(spec.results_dir).expanduser().resolve() / spec.name
+    root = spec.results_dir if results_dir is None else results_dir
+    out_dir = Path(root).expanduser().resolve() / spec.name
     experiment = (path.parent / spec.experiment).resolve()
     cells = []
     for seed in spec.seeds:
