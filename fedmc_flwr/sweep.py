@@ -24,7 +24,7 @@ import os
 import shutil
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -158,11 +158,20 @@ def is_finished(cell: Cell) -> bool:
     return len(last) == cell.cfg.world.regions * cell.cfg.eval.seeds
 
 
+COLOUR_FORCING = ("FORCE_COLOR", "CLICOLOR_FORCE")
+"""Set by Jupyter kernels; they make the `flwr` CLI colour its JSON, which the runner then
+cannot parse, so a federated cell runs without them."""
+
+
 def federate(config: Path, overrides: list[str]) -> int:
     """One federated run through Flower (`fedmc run`'s runner); its exit code."""
     from fedmc_flwr.federation.runner import run_federation
 
-    return run_federation(config, overrides)
+    saved = {name: os.environ.pop(name) for name in COLOUR_FORCING if name in os.environ}
+    try:
+        return run_federation(config, overrides)
+    finally:
+        os.environ.update(saved)
 
 
 def run_cell(cell: Cell, experiment: Path) -> None:
@@ -180,21 +189,21 @@ def run_cell(cell: Cell, experiment: Path) -> None:
 
 @contextmanager
 def _output_to(log: Path) -> Iterator[None]:
-    """Send this process's stdout and stderr, and its children's, to `log` (file
-    descriptors, not just sys.stdout: Flower's log stream is a child process)."""
+    """Send this process's output, and its children's, to `log`: file descriptors 1 and 2
+    (Flower's log stream is a child process) and sys.stdout/sys.stderr (which a Jupyter
+    kernel points elsewhere)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
     try:
-        with log.open("ab") as handle:
+        with log.open("a", buffering=1) as handle, redirect_stdout(handle), redirect_stderr(handle):
             os.dup2(handle.fileno(), 1)
             os.dup2(handle.fileno(), 2)
             try:
                 yield
             finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
+                handle.flush()
                 os.dup2(saved[0], 1)
                 os.dup2(saved[1], 2)
     finally:
