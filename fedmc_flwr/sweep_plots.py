@@ -106,7 +106,7 @@ def _learning_curves(curves: pd.DataFrame, summary: pd.DataFrame, metric: str) -
             alpha=0.2,
             label="95% CI over training seeds",
         )
-        ax.axhline(ref_level, color="black", ls="--", lw=1, label=reference)
+        ax.axhline(ref_level, color="black", ls="--", lw=1, label=f"{reference} (dispatcher)")
         ax.set_title(policy, fontsize=10)
         ax.grid(alpha=0.3)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -146,7 +146,7 @@ def _per_round(curves: pd.DataFrame, summary: pd.DataFrame) -> Figure:
                 alpha=0.15,
             )
         level = curves.loc[curves["policy"] == reference, metric].mean() * scale
-        ax.axhline(level, color="black", ls="--", lw=1, label=reference)
+        ax.axhline(level, color="black", ls="--", lw=1, label=f"{reference} (dispatcher)")
         ax.set_xlabel("round")
         ax.set_ylabel(label)
         ax.set_title(f"{label}\n({direction})", fontsize=10)
@@ -213,6 +213,9 @@ def _pareto(summary: pd.DataFrame) -> Figure:
             yerr=rows["carbon_g_ci95"].fillna(0) * scale,
             fmt=marker,
             color=color,
+            ecolor=color,
+            elinewidth=0.8,
+            alpha=0.8,
             capsize=2,
             label="learners" if learner else "dispatchers",
         )
