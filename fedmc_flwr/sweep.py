@@ -281,8 +281,9 @@ def summarise_sweep(sweep: Sweep, baseline: str | None = None) -> tuple[Path, Pa
     level, paired = summary_table(summary)
     md_path.write_text(
         f"Sweep `{sweep.name}`: training seeds {seeds}; learners at their last round; "
-        "means per job; 95% CIs over training seeds (learners) or held-out worlds "
-        f"(dispatchers); differences paired per held-out world.\n\n"
+        "means per job with 95% CIs (the `CI over` column says over what: training seeds "
+        "when a learner has two or more, else the held-out worlds); differences paired per "
+        "held-out world.\n\n"
         f"{format_markdown(level)}\n\n"
         f"Paired difference against `{summary['baseline'].iloc[0]}`:\n\n"
         f"{format_markdown(paired)}\n"
@@ -295,8 +296,12 @@ def main(config: Path, baseline: str | None, summary_only: bool) -> int:
     from fedmc_flwr.report import ReportError
 
     sweep = load_sweep(config)
-    if not summary_only:
-        run_sweep(sweep)
+    try:
+        if not summary_only:
+            run_sweep(sweep)
+    except RuntimeError as exc:
+        print(f"fedmc: sweep: {exc}", file=sys.stderr)
+        return 1
     try:
         paths = summarise_sweep(sweep, baseline)
     except ReportError as exc:
