@@ -176,3 +176,25 @@ def test_sweep_plots_as_png_and_svg_with_units(swept: Path, tmp_path: Path, caps
 def test_plotting_a_folder_without_a_sweep_is_one_line(tmp_path: Path, capsys) -> None:
     assert main(["plot", str(tmp_path)]) == 2
     assert "run `fedmc sweep` first" in capsys.readouterr().err
+
+
+def test_a_federated_cell_goes_to_the_runner_and_its_failure_is_exit_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    calls = []
+
+    def failing_runner(config: Path, overrides: list[str]) -> int:
+        calls.append((config, overrides))
+        return 1
+
+    monkeypatch.setattr("fedmc_flwr.sweep.federate", failing_runner)
+    path = write_sweep(tmp_path, variants={"ppo-fedavg": {"set": ["federation.mu=0.0"]}})
+    assert main(["sweep", "--config", str(path)]) == 1
+    assert "ppo-fedavg seed 0: the federated run failed" in capsys.readouterr().err
+    config, overrides = calls[0]
+    assert config == TINY and len(calls) == 1
+    assert overrides[-3:] == [
+        "seed=0",
+        "name=ppo-fedavg-s0",
+        f"results_dir={tmp_path / 'results' / 'unit'}",
+    ]
