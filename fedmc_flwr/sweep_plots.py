@@ -63,6 +63,17 @@ def _band(curves: pd.DataFrame, metric: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _band_label(curves: pd.DataFrame) -> str:
+    if curves["train_seed"].nunique() < 2:
+        return "one training seed: no band"
+    return "95% CI over training seeds"
+
+
+def _learner_ci(summary: pd.DataFrame) -> str:
+    """What the learners' difference intervals are over (summary.csv's diff_over)."""
+    return " / ".join(sorted(set(summary.loc[summary["learner"], "diff_over"].dropna())))
+
+
 def _reference(summary: pd.DataFrame) -> str:
     """The dispatcher drawn as the dashed line: the baseline if it is one, else the best."""
     dispatchers = summary[~summary["learner"]]
@@ -104,7 +115,7 @@ def _learning_curves(curves: pd.DataFrame, summary: pd.DataFrame, metric: str) -
             (band["mean"] + band["half_width"]) * scale,
             color="C0",
             alpha=0.2,
-            label="95% CI over training seeds",
+            label=_band_label(mine),
         )
         ax.axhline(ref_level, color="black", ls="--", lw=1, label=f"{reference} (dispatcher)")
         ax.set_title(policy, fontsize=10)
@@ -180,8 +191,8 @@ def _paired_bars(summary: pd.DataFrame) -> Figure:
     ax.axvline(0, color="black", lw=1)
     ax.set_xlabel(
         f"reward per job minus {baseline}'s, paired per held-out world\n"
-        "(> 0: better; 95% CI; blue learners over training seeds and worlds, "
-        "grey dispatchers over worlds)"
+        f"(> 0: better; 95% CI; blue learners over {_learner_ci(summary)}, "
+        "grey dispatchers over eval seeds)"
     )
     ax.set_title(f"Paired difference against {baseline}")
     ax.grid(axis="x", alpha=0.3)
