@@ -56,8 +56,14 @@ def _parser() -> argparse.ArgumentParser:
         "--overwrite", action="store_true", help="replace the results of an earlier run"
     )
     run.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics")
-    plot = sub.add_parser("plot", help="draw the plots of a metrics.csv")
-    plot.add_argument("metrics", type=Path, help="path to a metrics.csv")
+    sweep = sub.add_parser("sweep", help="every variant x training seed, resumable, summarised")
+    sweep.add_argument("--config", required=True, type=Path, help="sweep YAML (conf/sweeps/)")
+    sweep.add_argument("--baseline", default=None, help="pair against this policy instead")
+    sweep.add_argument("--summary-only", action="store_true", help="summarise, run nothing")
+    plot = sub.add_parser("plot", help="draw the plots of a metrics.csv or a sweep folder")
+    plot.add_argument(
+        "metrics", type=Path, help="path to a metrics.csv, or a sweep folder (summary.csv)"
+    )
     plot.add_argument("--out", type=Path, default=None, help="folder for the PNGs")
     plot.add_argument(
         "--baseline",
@@ -129,11 +135,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             train(cfg, args.mode, overwrite=args.overwrite)
         elif args.command == "run":
             return _run(args)
+        elif args.command == "sweep":
+            from fedmc_flwr.sweep import main as sweep_main
+
+            return sweep_main(args.config, args.baseline, args.summary_only)
         elif args.command == "plot":
             from fedmc_flwr.plots import plot_metrics
+            from fedmc_flwr.sweep_plots import plot_sweep
 
             try:
-                paths = plot_metrics(args.metrics, args.out, baselines=args.baselines)
+                if args.metrics.is_dir():
+                    paths = plot_sweep(args.metrics, args.out)
+                else:
+                    paths = plot_metrics(args.metrics, args.out, baselines=args.baselines)
             except (FileNotFoundError, ValueError) as exc:
                 print(f"fedmc: plot: {_naming(args.metrics, exc)}", file=sys.stderr)
                 return 2

@@ -87,6 +87,14 @@ class WorldConfig:
     """Jobs the world dispatches by itself (to the node of shortest expected delay) when an
     episode starts, before the first job a policy sees: every episode starts from a busy
     estate, not from empty queues. They count in no reward or metric; 0 starts empty."""
+    # Per-region skews for non-IID settings (conf/noniid_*.yaml); one value per region.
+    region_load: list[float] = field(default_factory=list)
+    """Relative arrival rate of each ingress region; the busiest offers `load`. Empty keeps
+    the built-in mild spread."""
+    region_price: list[float] = field(default_factory=list)
+    """Multiplier of each region's price (empty: 1 everywhere)."""
+    region_carbon: list[float] = field(default_factory=list)
+    """Multiplier of each region's carbon intensity (empty: 1 everywhere)."""
 
 
 @dataclass
@@ -421,6 +429,7 @@ def _check_ranges(cfg: DictConfig, source: str) -> None:
             f"{source}: world.queue_threshold = {cfg.world.queue_threshold} is not allowed; "
             f"expected less than world.queue_capacity ({cfg.world.queue_capacity})"
         )
+    _check_region_lists(cfg, source)
     if cfg.ppo.num_envs * cfg.ppo.rollout_steps < cfg.ppo.num_minibatches:
         raise ConfigError(
             f"{source}: ppo.num_minibatches = {cfg.ppo.num_minibatches} is not allowed; "
@@ -428,6 +437,17 @@ def _check_ranges(cfg: DictConfig, source: str) -> None:
         )
     _check_size(cfg, source)
     _check_federation(cfg, source)
+
+
+def _check_region_lists(cfg: DictConfig, source: str) -> None:
+    """A per-region list is empty or has one positive finite value per region."""
+    for key in ("region_load", "region_price", "region_carbon"):
+        values = list(cfg.world[key])
+        if values and (len(values) != cfg.world.regions or not all(_positive(v) for v in values)):
+            raise ConfigError(
+                f"{source}: world.{key} = {values} is not allowed; expected "
+                f"{cfg.world.regions} numbers > 0 (one per region) or []"
+            )
 
 
 def _describe(exc: OmegaConfBaseException) -> str:

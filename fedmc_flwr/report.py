@@ -208,8 +208,10 @@ def _pairs(a: dict[int, Run], b: dict[int, Run]) -> list[tuple[Run, Run]] | None
     return [(a[s], b[s]) for s in sorted(a)]
 
 
-def compare(a: dict[int, Run], b: dict[int, Run]) -> tuple[Estimate, str] | None:
-    """A - B in reward, paired per eval seed; with two or more pairs of runs the interval
+def compare(
+    a: dict[int, Run], b: dict[int, Run], metric: str = "reward"
+) -> tuple[Estimate, str] | None:
+    """A - B in `metric`, paired per eval seed; with two or more pairs of runs the interval
     covers both the training seeds and the eval seeds (`paired_over_seeds_and_worlds`),
     else the eval seeds alone. None when they cannot be paired."""
     pairs = _pairs(a, b)
@@ -217,17 +219,17 @@ def compare(a: dict[int, Run], b: dict[int, Run]) -> tuple[Estimate, str] | None
         return None
     if len(pairs) >= 2:
         diffs = [
-            [x - y for x, y in zip(run.values["reward"], base.values["reward"], strict=True)]
+            [x - y for x, y in zip(run.values[metric], base.values[metric], strict=True)]
             for run, base in pairs
         ]
         return paired_over_seeds_and_worlds(diffs), "training and eval seeds"
     run, base = pairs[0]
-    return paired_difference(run.values["reward"], base.values["reward"]), "eval seeds"
+    return paired_difference(run.values[metric], base.values[metric]), "eval seeds"
 
 
-def level(runs: dict[int, Run]) -> tuple[Estimate, str]:
-    """A policy's reward: over training seeds with two or more runs, else over eval seeds."""
-    per_run = [stratified_mean(run.values["reward"]) for run in runs.values()]
+def level(runs: dict[int, Run], metric: str = "reward") -> tuple[Estimate, str]:
+    """A policy's `metric`: over training seeds with two or more runs, else over eval seeds."""
+    per_run = [stratified_mean(run.values[metric]) for run in runs.values()]
     if len(per_run) >= 2:
         return over_training_seeds([e.mean for e in per_run]), "training seeds"
     return per_run[0], "eval seeds"
@@ -280,6 +282,91 @@ def paired_by_round(frame: pd.DataFrame, baseline: str) -> pd.DataFrame:
             {"policy": policy, "round": int(rnd), "mean": diff.mean, "half_width": diff.half_width}
         )
     return pd.DataFrame(out, columns=["policy", "round", "mean", "half_width"])
+
+
+SUMMARY_METRICS = PER_SEED_VALUES
+"""Every per-seed metric a summary carries: reward, latency mean and p95, SLO violations,
+cost, carbon and energy per job."""
+
+
+def summary_frame(policies: dict[str, dict[int, Run]], baseline: str) -> pd.DataFrame:
+    """One row per policy (best reward first): each metric's level with its 95% half-width
+    (`level`), and its paired difference against `baseline` (`compare`), in raw units.
+
+    Columns: policy, learner, train_seeds, train_steps, ci_over, then per metric `<m>` and
+    `<m>_ci95`, then baseline, diff_over, per metric `d_<m>` and `d_<m>_ci95`, and
+    `verdict` (of the reward difference)."""
+    if baseline not in policies:
+        raise ReportError(f"unknown baseline {baseline!r}; policies here: {sorted(policies)}")
+    rows = []
+    for policy, runs in policies.items():
+        row: dict[str, object] = {
+            "policy": policy,
+            "learner": FIXED not in runs,
+            "train_seeds": 0 if FIXED in runs else len(runs),
+            "train_steps": float(np.mean([run.train_steps for run in runs.values()])),
+        }
+        for metric in SUMMARY_METRICS:
+            estimate, row["ci_over"] = level(runs, metric)
+            row[metric], row[f"{metric}_ci95"] = estimate.mean, estimate.half_width
+        row["baseline"], row["diff_over"] = baseline, ""
+        for metric in SUMMARY_METRICS:
+            paired = None if policy == baseline else compare(runs, policies[baseline], metric)
+            diff = paired[0] if paired else Estimate(float("nan"), float("nan"), 0)
+            row[f"d_{metric}"], row[f"d_{metric}_ci95"] = diff.mean, diff.half_width
+            if paired:
+                row["diff_over"] = paired[1]
+        row["verdict"] = "" if policy == baseline else _reward_verdict(row)
+        rows.append(row)
+    return pd.DataFrame(rows).sort_values("reward", ascending=False, ignore_index=True)
+
+
+def _reward_verdict(row: dict[str, object]) -> str:
+    diff = Estimate(float(row["d_reward"]), float(row["d_reward_ci95"]), 0)  # type: ignore[arg-type]
+    return "n/a (training seeds differ)" if np.isnan(diff.mean) else diff.verdict()
+
+
+UNITS: dict[str, tuple[str, float, str]] = {
+    "reward": ("reward", 1.0, "+.4f"),
+    "latency_ms": ("latency ms", 1.0, ".1f"),
+    "latency_p95_ms": ("p95 ms", 1.0, ".1f"),
+    "slo_violation": ("SLO viol.", 1.0, ".3f"),
+    "cost_usd": ("cost µUSD/job", 1e6, ".3f"),
+    "carbon_g": ("carbon mg/job", 1e3, ".3f"),
+    "energy_kwh": ("energy mWh/job", 1e6, ".3f"),
+}
+"""metric -> (column title, scale to the title's unit, number format)."""
+
+
+def _with_ci(value: float, half_width: float, scale: float, fmt: str) -> str:
+    if np.isnan(value):
+        return "n/a"
+    text = format(value * scale, fmt)
+    if np.isnan(half_width):
+        return text
+    return f"{text} ± {format(half_width * scale, fmt.lstrip('+'))}"
+
+
+def summary_table(summary: pd.DataFrame) -> tuple[list[list[str]], list[list[str]]]:
+    """Two tables of `summary_frame`'s rows as strings: the levels (± 95% CI), and the
+    paired differences against the baseline (± 95% CI) with the reward verdict."""
+    titles = [UNITS[m][0] for m in SUMMARY_METRICS]
+    level_rows = [["policy", "train seeds", *titles, "CI over"]]
+    paired_rows = [["policy", *(f"Δ {t}" for t in titles), "reward vs baseline", "CI over"]]
+    for row in summary.to_dict("records"):
+        seeds = str(row["train_seeds"]) if row["learner"] else "-"
+        cells = [
+            _with_ci(row[m], row[f"{m}_ci95"], UNITS[m][1], UNITS[m][2]) for m in SUMMARY_METRICS
+        ]
+        level_rows.append([row["policy"], seeds, *cells, row["ci_over"]])
+        diffs = [
+            _with_ci(row[f"d_{m}"], row[f"d_{m}_ci95"], UNITS[m][1], "+" + UNITS[m][2].lstrip("+"))
+            if row["policy"] != row["baseline"]
+            else "(baseline)"
+            for m in SUMMARY_METRICS
+        ]
+        paired_rows.append([row["policy"], *diffs, row["verdict"], row["diff_over"]])
+    return level_rows, paired_rows
 
 
 # --- output ---------------------------------------------------------------------------

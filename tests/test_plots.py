@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from fedmc_flwr.plots import plot_metrics
 from fedmc_flwr.results import MetricsWriter
+from fedmc_flwr.sweep_plots import pareto_front
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -118,3 +120,11 @@ def test_cli_plot_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys) -> No
     assert main(["plot", str(tmp_path / "missing.csv")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no such metrics file" in err
+
+
+def test_pareto_front_keeps_the_points_nothing_beats_on_both_axes() -> None:
+    points = pd.DataFrame(
+        {"latency": [100, 120, 110, 90, 130], "carbon": [5.0, 1.0, 6.0, 9.0, 0.5]},
+        index=["a", "b", "c", "d", "e"],
+    )
+    assert list(pareto_front(points, "latency", "carbon").index) == ["d", "a", "b", "e"]

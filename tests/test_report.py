@@ -9,7 +9,14 @@ import numpy as np
 import pytest
 
 from fedmc_flwr.cli import main
-from fedmc_flwr.report import collect, load, summarise
+from fedmc_flwr.report import (
+    ReportError,
+    collect,
+    load,
+    summarise,
+    summary_frame,
+    summary_table,
+)
 from fedmc_flwr.results import per_seed_writer
 
 REGIONS = ("us-east1", "europe-west9")
@@ -164,3 +171,23 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys, case: str, mes
     assert main(["report", *args]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err and "Traceback" not in err
+
+
+def test_summary_of_every_metric_with_the_baseline_row(tmp_path: Path) -> None:
+    dirs = [make_dir(tmp_path, 0), make_dir(tmp_path, 1)]
+    policies = collect(load(dirs))
+    summary = summary_frame(policies, "sed").set_index("policy")
+    fed = summary.loc["ppo-fedavg"]
+    diffs = [_stratified_diff(PPO[(s, 2)], SED) for s in (0, 1)]
+    assert fed["d_reward"] == pytest.approx(np.mean(diffs))
+    assert fed["d_latency_ms"] == 0.0 and fed["d_energy_kwh"] == 0.0
+    assert fed["energy_kwh"] == pytest.approx(2e-6) and fed["train_seeds"] == 2
+    assert summary.loc["jsq", "ci_over"] == "eval seeds"
+    levels, paired = summary_table(summary.reset_index())
+    assert levels[0][:3] == ["policy", "train seeds", "reward"]
+    assert "energy mWh/job" in levels[0]
+    by_policy = {row[0]: row for row in paired[1:]}
+    assert by_policy["sed"][1:8] == ["(baseline)"] * 7
+    assert by_policy["ppo-fedavg"][-1] == "training and eval seeds"
+    with pytest.raises(ReportError, match="unknown baseline"):
+        summary_frame(policies, "nope")

@@ -56,6 +56,9 @@ FLOWER_ENV = {
     "RAY_DEDUP_LOGS": "0",
 }
 BIN = Path(sys.executable).parent
+COLOUR_FORCING = ("FORCE_COLOR", "CLICOLOR_FORCE")
+"""Set by Jupyter kernels; they make the `flwr` CLI colour its JSON output, which then does
+not parse, so Flower's processes never see them."""
 
 
 def project_root() -> Path:
@@ -237,7 +240,7 @@ def run_federation(
     with tempfile.TemporaryDirectory(prefix="fedmc-flwr-") as tmp, _sigterm_as_interrupt():
         home = Path(tmp)
         env = {
-            **os.environ,
+            **{k: v for k, v in os.environ.items() if k not in COLOUR_FORCING},
             **FLOWER_ENV,
             "FLWR_HOME": str(home),
             "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",

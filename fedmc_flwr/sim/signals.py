@@ -203,6 +203,11 @@ def _node_types(regions: list[Region], per_region: int, heterogeneous: bool) -> 
     return np.concatenate(types)
 
 
+def _skew(multipliers: list[float], regions: int) -> np.ndarray:
+    """Per-region multipliers of a non-IID setting (`world.region_*`); none means 1."""
+    return np.asarray(multipliers, dtype=np.float64) if multipliers else np.ones(regions)
+
+
 def build_spec(world: WorldConfig, reward: RewardWeights) -> WorldSpec:
     """Turn the config into the arrays the kernel reads (see the module docstring)."""
     regions = region_catalogue(world.regions)
@@ -214,14 +219,20 @@ def build_spec(world: WorldConfig, reward: RewardWeights) -> WorldSpec:
     node_region = np.repeat(np.arange(world.regions), per_region)
 
     price_mean = np.array([r.price_usd_per_hour for r in regions])
+    price_mean *= _skew(world.region_price, world.regions)
     carbon_mean = np.array([r.carbon_g_per_kwh for r in regions])
+    carbon_mean *= _skew(world.region_carbon, world.regions)
     background = np.clip(world.background_load * np.array([r.crowding for r in regions]), 0, 0.9)
     spare = float(np.sum(speed * (1.0 - background[node_region])))
     mean_service_s = world.mean_service_ms / 1000.0
     # Non-IID ingress workloads: rate and burst depth differ per ingress region; the
     # busiest region offers exactly the configured load (so load < 1 is stable everywhere).
     k = np.arange(world.regions)
-    rate_mult = 1.0 + 0.15 * np.cos(1.7 * k + 0.4)
+    rate_mult = (
+        np.asarray(world.region_load, dtype=np.float64)
+        if world.region_load
+        else 1.0 + 0.15 * np.cos(1.7 * k + 0.4)
+    )
     rate_mult /= rate_mult.max()
     burst_mult = 1.0 + 0.4 * np.sin(2.3 * k + 0.2)
     arrival_rate = world.load * spare / mean_service_s * rate_mult

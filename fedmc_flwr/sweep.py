@@ -1,0 +1,305 @@
+"""`fedmc sweep`: every variant of one experiment x every training seed, resumable.
+
+A sweep file (`conf/sweeps/*.yaml`) names a base experiment, the training seeds, the
+variants (a federated variant runs through Flower's simulation engine with `fedmc run`'s
+runner; `centralised` and `local` train in-process with `fedmc train`) and the policy the
+others are paired against. Each (variant, seed) is a *cell* with its own results
+directory under `<results_dir>/<sweep name>/`, holding the usual metrics.csv and
+per_seed.csv (every dispatcher and the myopic oracle come with every cell).
+
+A cell is finished when its saved config.yaml loads as the config the sweep would run now and
+its per_seed.csv holds the learner's last round for every held-out world; finished cells
+are skipped, so an interrupted sweep resumes where it stopped, and a cell whose config
+changed is an error rather than a silent mix of two experiments. Cells run seed by seed,
+so a sweep stopped early still has complete comparisons over the seeds it finished.
+
+The summary (`summary.csv`, `summary.md`) pools the cells through `fedmc_flwr.report`:
+per policy, the mean and 95% CI over training seeds of every per-seed metric, and its
+paired difference against the baseline (training seeds and held-out worlds).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+from tqdm import tqdm
+
+from fedmc_flwr.config import ConfigError, ExperimentConfig, load_config
+from fedmc_flwr.results import PER_SEED_FILE, PER_SEED_VALUES, read_per_seed
+
+KINDS = ("federated", "centralised", "local")
+
+
+@dataclass
+class VariantSpec:
+    """One arm of the sweep."""
+
+    kind: str = "federated"
+    """'federated' (Flower simulation), 'centralised' or 'local' (`fedmc train` modes)."""
+    set: list[str] = field(default_factory=list)
+    """Dotted key=value overrides of the base experiment for this arm."""
+
+
+@dataclass
+class SweepSpec:
+    """The schema of a sweep file."""
+
+    name: str = "sweep"
+    """The sweep's folder inside results_dir."""
+    experiment: str = "../small_demo.yaml"
+    """The base experiment config, relative to the sweep file."""
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
+    """Training seeds (the experiment's `seed`): the replicates of every learner."""
+    set: list[str] = field(default_factory=list)
+    """Overrides applied to every cell (say, smaller budgets for a quick sweep)."""
+    baseline: str = "sed"
+    """Policy every other is paired against in the summary (a variant or a dispatcher)."""
+    results_dir: str = "results/sweeps"
+    """Where the sweep's folder goes; relative paths are taken from the current directory."""
+    variants: dict[str, VariantSpec] = field(default_factory=dict)
+    """Variant name (the learner's policy name in the summary) -> its spec."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One variant trained with one seed."""
+
+    variant: str
+    kind: str
+    seed: int
+    cfg: ExperimentConfig
+    overrides: tuple[str, ...]
+    """What turns the base experiment into this cell's config (`cfg`)."""
+
+    @property
+    def out_dir(self) -> Path:
+        """Where the cell's results land (`fedmc train` suffixes its mode)."""
+        suffix = "" if self.kind == "federated" else f"-{self.kind}"
+        return Path(self.cfg.results_dir) / f"{self.cfg.name}{suffix}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.variant} seed {self.seed}"
+
+
+@dataclass(frozen=True)
+class Sweep:
+    name: str
+    out_dir: Path
+    experiment: Path
+    baseline: str
+    cells: tuple[Cell, ...]
+
+
+def load_sweep(path: str | Path, results_dir: str | Path | None = None) -> Sweep:
+    """Read and check a sweep file; every cell's config is loaded (and so validated) here.
+    `results_dir` replaces the file's (a notebook or a test writes elsewhere)."""
+    path = Path(path).resolve()
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such sweep file")
+    try:
+        spec: SweepSpec = OmegaConf.to_object(
+            OmegaConf.merge(OmegaConf.structured(SweepSpec), OmegaConf.load(path))
+        )  # type: ignore[assignment]
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"{path}: {str(exc).splitlines()[0]}") from None
+    if not spec.variants:
+        raise ConfigError(f"{path}: variants: expected at least one")
+    if not spec.seeds or len(set(spec.seeds)) != len(spec.seeds):
+        raise ConfigError(f"{path}: seeds = {spec.seeds}: expected distinct training seeds")
+    for name, variant in spec.variants.items():
+        if variant.kind not in KINDS:
+            raise ConfigError(f"{path}: variants.{name}.kind = {variant.kind!r}; expected {KINDS}")
+    root = spec.results_dir if results_dir is None else results_dir
+    out_dir = Path(root).expanduser().resolve() / spec.name
+    experiment = (path.parent / spec.experiment).resolve()
+    cells = []
+    for seed in spec.seeds:
+        for name, variant in spec.variants.items():
+            overrides = [
+                *spec.set,
+                *variant.set,
+                f"seed={seed}",
+                f"name={name}-s{seed}",
+                f"results_dir={out_dir}",
+            ]
+            cfg = load_config(experiment, overrides)
+            cells.append(Cell(name, variant.kind, seed, cfg, tuple(overrides)))
+    return Sweep(spec.name, out_dir, experiment, spec.baseline, tuple(cells))
+
+
+def is_finished(cell: Cell) -> bool:
+    """The cell's results are this config's, and its last round is there for every world.
+
+    Raises ConfigError when the folder holds a run of another config (never overwritten)."""
+    saved = cell.out_dir / "config.yaml"
+    per_seed = cell.out_dir / PER_SEED_FILE
+    if not saved.is_file() or not per_seed.is_file():
+        return False
+    if load_config(saved) != cell.cfg:
+        raise ConfigError(
+            f"{cell.out_dir}: ran with another config than the sweep's {cell.label}; "
+            "remove the folder or give the sweep another name"
+        )
+    try:
+        frame = read_per_seed(per_seed)
+    except ValueError:
+        return False
+    last = frame[frame["round"] == cell.cfg.train.rounds]
+    return len(last) == cell.cfg.world.regions * cell.cfg.eval.seeds
+
+
+def federate(config: Path, overrides: list[str]) -> int:
+    """One federated run through Flower (`fedmc run`'s runner); its exit code. The cell's
+    folder is new or a half-written one `run_cell` removed, so nothing is refused."""
+    from fedmc_flwr.federation.runner import run_federation
+
+    return run_federation(config, overrides, on_existing="overwrite")
+
+
+def run_cell(cell: Cell, experiment: Path) -> None:
+    """Run one cell from scratch (a half-written folder from an interrupted run goes first)."""
+    if cell.out_dir.exists():
+        shutil.rmtree(cell.out_dir)
+    if cell.kind == "federated":
+        if federate(experiment, list(cell.overrides)) != 0:
+            raise RuntimeError(f"{cell.label}: the federated run failed; see its log")
+    else:
+        from fedmc_flwr.training import train
+
+        train(cell.cfg, cell.kind)
+
+
+@contextmanager
+def _output_to(log: Path) -> Iterator[None]:
+    """Send this process's output, and its children's, to `log`: file descriptors 1 and 2
+    (Flower's log stream is a child process) and sys.stdout/sys.stderr (which a Jupyter
+    kernel points elsewhere)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    try:
+        with log.open("a", buffering=1) as handle, redirect_stdout(handle), redirect_stderr(handle):
+            os.dup2(handle.fileno(), 1)
+            os.dup2(handle.fileno(), 2)
+            try:
+                yield
+            finally:
+                handle.flush()
+                os.dup2(saved[0], 1)
+                os.dup2(saved[1], 2)
+    finally:
+        os.close(saved[0])
+        os.close(saved[1])
+
+
+def run_sweep(sweep: Sweep, progress: bool = True) -> list[Cell]:
+    """Run every unfinished cell in order (seed by seed); return the cells that ran.
+
+    Each cell's output goes to `<sweep>/logs/<cell>.log`; the terminal shows one progress
+    bar whose time left is the mean time of the cells run so far times the cells to go.
+    """
+    todo = [cell for cell in sweep.cells if not is_finished(cell)]
+    done = len(sweep.cells) - len(todo)
+    print(
+        f"fedmc sweep {sweep.name}: {len(sweep.cells)} cells, {done} finished, "
+        f"{len(todo)} to run; results in {sweep.out_dir}",
+        file=sys.stderr,
+    )
+    bar_file = os.fdopen(os.dup(2), "w")
+    with bar_file, tqdm(total=len(todo), disable=not progress, file=bar_file, unit="cell") as bar:
+        for cell in todo:
+            bar.set_description(cell.label)
+            with _output_to(sweep.out_dir / "logs" / f"{cell.out_dir.name}.log"):
+                run_cell(cell, sweep.experiment)
+            bar.update()
+    return todo
+
+
+def complete_seeds(sweep: Sweep) -> list[int]:
+    """Training seeds whose every cell is finished: the ones a summary pairs over."""
+    seeds = sorted({cell.seed for cell in sweep.cells})
+    return [s for s in seeds if all(is_finished(c) for c in sweep.cells if c.seed == s)]
+
+
+def finished_frame(sweep: Sweep, seeds: list[int]) -> pd.DataFrame:
+    """per_seed.csv of the cells of `seeds`, learners renamed to their variant's name."""
+    frames = []
+    for cell in sweep.cells:
+        if cell.seed not in seeds:
+            continue
+        frame = read_per_seed(cell.out_dir / PER_SEED_FILE).assign(source=str(cell.out_dir))
+        frame.loc[frame["round"] > 0, "policy"] = cell.variant
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True)
+
+
+def curves(frame: pd.DataFrame) -> pd.DataFrame:
+    """Each policy's per-round means over held-out worlds, per training seed and region:
+    what the learning-curve plots draw (dispatchers sit at round 0, seed -1)."""
+    frame = frame.copy()
+    frame.loc[frame["round"] == 0, "train_seed"] = -1
+    keys = ["policy", "train_seed", "round", "client"]
+    values = list(PER_SEED_VALUES)
+    return frame.drop_duplicates([*keys, "eval_seed"]).groupby(keys, as_index=False)[values].mean()
+
+
+def summarise_sweep(sweep: Sweep, baseline: str | None = None) -> tuple[Path, Path, Path]:
+    """Write summary.csv, summary.md and curves.csv from the training seeds whose every
+    cell is finished; return their paths."""
+    from fedmc_flwr.report import collect, format_markdown, summary_frame, summary_table
+
+    seeds = complete_seeds(sweep)
+    if not seeds:
+        raise ConfigError(f"sweep {sweep.name}: no training seed has all its cells finished")
+    frame = finished_frame(sweep, seeds)
+    policies = collect(frame)
+    curves_path = sweep.out_dir / "curves.csv"
+    curves(frame).to_csv(curves_path, index=False)
+    summary = summary_frame(policies, baseline or sweep.baseline)
+    csv_path = sweep.out_dir / "summary.csv"
+    md_path = sweep.out_dir / "summary.md"
+    summary.to_csv(csv_path, index=False)
+    level, paired = summary_table(summary)
+    md_path.write_text(
+        f"Sweep `{sweep.name}`: training seeds {seeds}; learners at their last round; "
+        "means per job with 95% CIs (the `CI over` column says over what: training seeds "
+        "when a learner has two or more, else the held-out worlds); differences paired per "
+        "held-out world.\n\n"
+        f"{format_markdown(level)}\n\n"
+        f"Paired difference against `{summary['baseline'].iloc[0]}`:\n\n"
+        f"{format_markdown(paired)}\n"
+    )
+    return csv_path, md_path, curves_path
+
+
+def main(config: Path, baseline: str | None, summary_only: bool) -> int:
+    """`fedmc sweep`: run what is missing, then summarise; the exit code."""
+    from fedmc_flwr.report import ReportError
+
+    sweep = load_sweep(config)
+    try:
+        if not summary_only:
+            run_sweep(sweep)
+    except RuntimeError as exc:
+        print(f"fedmc: sweep: {exc}", file=sys.stderr)
+        return 1
+    try:
+        paths = summarise_sweep(sweep, baseline)
+    except ReportError as exc:
+        print(f"fedmc: sweep: {exc}", file=sys.stderr)
+        return 2
+    for path in paths:
+        print(path)
+    print((sweep.out_dir / "summary.md").read_text())
+    return 0
