@@ -15,6 +15,7 @@ from fedmc_flwr.config import (
     ConfigError,
     ExperimentConfig,
     load_config,
+    working_set_bytes,
 )
 from fedmc_flwr.sim.world import MultiCloudSim
 
@@ -127,3 +128,10 @@ def test_an_estate_too_large_for_its_batch_is_refused(small_demo_path: Path) -> 
         load_config(small_demo_path, ["world.regions=64", "world.nodes_per_region=1024"])
     fits = ["world.regions=100", "world.nodes_per_region=100", "ppo.num_envs=16"]
     load_config(small_demo_path, [*fits, "ppo.rollout_steps=64"])
+
+
+@pytest.mark.parametrize("name", ["large", "huge"])
+def test_the_large_estates_load_within_the_size_bound(name: str) -> None:
+    cfg = load_config(Path(__file__).parents[1] / "conf" / f"{name}.yaml")
+    assert cfg.world.regions * cfg.world.nodes_per_region in (1000, 10_000)
+    assert max(working_set_bytes(cfg).values()) < 2**30
