@@ -91,4 +91,4 @@ bench: setup
 	$(BIN)/python bench/bench_serving.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(PLACEMENT_VENV) .pytest_cache .ruff_cache
