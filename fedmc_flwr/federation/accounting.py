@@ -51,6 +51,16 @@ def failure_reason(failure: object, round_timeout_s: float) -> str:
     return one_line(text)
 
 
+def missing_reason(client_failures: Sequence[str]) -> str:
+    """Why a region had no reply at all: what its clients' failures said, or that none did."""
+    if not client_failures:
+        return "no reply covered this region"
+    unique = list(dict.fromkeys(client_failures))
+    if len(unique) == 1:
+        return f"client failed: {unique[0]}"
+    return f"{len(client_failures)} clients failed: " + " | ".join(unique)
+
+
 def split_update(
     weights: Sequence[np.ndarray], metrics: Mapping[str, Scalar], per_region: int
 ) -> list[RegionUpdate]:
@@ -115,15 +125,7 @@ def sort_out(
                 failed.setdefault(update.region, f"rejected update: {problem}")
             elif update.region not in failed:
                 healthy[update.region] = update
-    if client_failures:
-        unique = list(dict.fromkeys(client_failures))
-        why = (
-            f"client failed: {unique[0]}"
-            if len(unique) == 1
-            else (f"{len(client_failures)} clients failed: " + " | ".join(unique))
-        )
-    else:
-        why = "no reply covered this region"
+    why = missing_reason(client_failures)
     for region in range(num_regions):
         if region not in healthy:
             failed.setdefault(region, why)

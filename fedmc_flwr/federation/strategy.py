@@ -39,7 +39,12 @@ from flwr.server.strategy import Strategy
 from fedmc_flwr.config import FederationConfig
 from fedmc_flwr.evaluation import EvalResult
 from fedmc_flwr.federation import wire
-from fedmc_flwr.federation.accounting import failure_reason, one_line, sort_out
+from fedmc_flwr.federation.accounting import (
+    failure_reason,
+    missing_reason,
+    one_line,
+    sort_out,
+)
 from fedmc_flwr.federation.aggregation import RegionUpdate, Weights, aggregate
 
 CLIENT_WAIT_S = 60.0
@@ -209,8 +214,7 @@ class RegionStrategy(Strategy):
                     evals[region] = wire.eval_result(res.metrics, region)
                 except ValueError as exc:
                     failed[region] = f"unreadable evaluation: {exc}"
-        reasons = self._reasons(failures)
-        why = f"client failed: {reasons[0]}" if reasons else "no reply covered this region"
+        why = missing_reason(self._reasons(failures))
         for region in range(self.num_regions):
             if region not in evals:
                 failed.setdefault(region, why)
