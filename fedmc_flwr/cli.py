@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from fedmc_flwr.config import ExperimentConfig, load_config
+from fedmc_flwr.config import ConfigError, ExperimentConfig, load_config
 from fedmc_flwr.errors import InputError, RunFailure
 from fedmc_flwr.hooks import cli as hooks_cli
 
@@ -31,6 +31,20 @@ def _add_config_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_run_args(parser: argparse.ArgumentParser) -> None:
+    _add_config_args(parser)
+    existing = parser.add_mutually_exclusive_group()
+    existing.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the experiment after its last completed round (or start it)",
+    )
+    existing.add_argument(
+        "--overwrite", action="store_true", help="replace the results of an earlier run"
+    )
+    parser.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fedmc",
@@ -44,18 +58,32 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--overwrite", action="store_true", help="replace the results of an earlier run"
     )
-    run = sub.add_parser("run", help="federated training through Flower")
-    _add_config_args(run)
-    existing = run.add_mutually_exclusive_group()
-    existing.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue the experiment after its last completed round (or start it)",
+    run = sub.add_parser("run", help="federated training through Flower's simulation engine")
+    _add_run_args(run)
+    deploy = sub.add_parser(
+        "deploy",
+        help="federated training through Flower's deployment engine, SuperNodes on 127.0.0.1",
     )
-    existing.add_argument(
-        "--overwrite", action="store_true", help="replace the results of an earlier run"
+    _add_run_args(deploy)
+    deploy.add_argument(
+        "--nodes", type=int, default=None, help="SuperNodes (default: one per region)"
     )
-    run.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics")
+    deploy.add_argument("--insecure", action="store_true", help="plain HTTP instead of TLS")
+    deploy.add_argument(
+        "--no-node-auth", action="store_true", help="admit any SuperNode (no registered keys)"
+    )
+    credentials = sub.add_parser(
+        "credentials", help="a TLS CA, a SuperLink certificate and SuperNode keys for a deployment"
+    )
+    credentials.add_argument("--out", type=Path, required=True, help="folder to write them to")
+    credentials.add_argument(
+        "--host",
+        dest="hosts",
+        action="append",
+        required=True,
+        help="name or IP address the SuperNodes use to reach the SuperLink (repeatable)",
+    )
+    credentials.add_argument("--nodes", type=int, required=True, help="SuperNode key pairs")
     sweep = sub.add_parser("sweep", help="every variant x training seed, resumable, summarised")
     sweep.add_argument("--config", required=True, type=Path, help="sweep YAML (conf/sweeps/)")
     sweep.add_argument("--baseline", default=None, help="pair against this policy instead")
@@ -105,16 +133,42 @@ def _naming(path: Path, exc: Exception) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    """`fedmc run`: a bad config fails fast, before Flower starts; `--metrics-port` serves
-    the run's rows to Prometheus while it goes."""
+    """`fedmc run` and `fedmc deploy`: a bad config fails fast, before Flower starts;
+    `--metrics-port` serves the run's rows to Prometheus while it goes."""
     cfg = _config(args)
+    from fedmc_flwr.federation.deployment import DeploymentEngine
     from fedmc_flwr.federation.runner import run_federation
     from fedmc_flwr.hooks.prometheus import exporting
     from fedmc_flwr.results import experiment_path
 
+    engine = None
+    if args.command == "deploy":
+        nodes = args.nodes or cfg.world.regions
+        if not 1 <= nodes <= cfg.world.regions:
+            raise ConfigError(f"--nodes {nodes}: give 1 to {cfg.world.regions} (world.regions)")
+        engine = DeploymentEngine(nodes, tls=not args.insecure, node_auth=not args.no_node_auth)
     on_existing = "resume" if args.resume else "overwrite" if args.overwrite else "refuse"
     with exporting(experiment_path(cfg.results_dir, cfg.name), args.metrics_port):
-        return run_federation(Path(args.config), args.overrides, on_existing=on_existing)
+        return run_federation(
+            Path(args.config), args.overrides, on_existing=on_existing, engine=engine
+        )
+
+
+def _credentials(args: argparse.Namespace) -> None:
+    """`fedmc credentials`: what the README's multi-machine commands read."""
+    from fedmc_flwr.federation.credentials import make_node_key, make_tls
+
+    if args.nodes < 1:
+        raise ConfigError(f"--nodes {args.nodes}: give at least 1")
+    try:
+        tls = make_tls(args.out, args.hosts)
+    except OSError as exc:
+        raise ConfigError(f"--out {args.out}: {exc.strerror or exc}") from None
+    print(f"CA certificate (every SuperNode and `flwr` user): {tls.ca_certificate}")
+    print(f"SuperLink certificate and key: {tls.certificate}, {tls.key}")
+    for k in range(args.nodes):
+        key = make_node_key(args.out, f"node-{k}")
+        print(f"SuperNode {k}: private key {key.private} (stays on the node), public {key.public}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -133,8 +187,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from fedmc_flwr.training import train
 
             train(cfg, args.mode, overwrite=args.overwrite)
-        elif args.command == "run":
+        elif args.command in ("run", "deploy"):
             return _run(args)
+        elif args.command == "credentials":
+            _credentials(args)
         elif args.command == "sweep":
             from fedmc_flwr.sweep import main as sweep_main
 

@@ -71,3 +71,19 @@ def rollout() -> Rollout:
     """`rollout(sim, policy, seeds, steps, phases=None)`: asserts no masked action, returns
     per-env means."""
     return _rollout
+
+
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """The tiny experiment through Flower's simulation engine, twice: one virtual client
+    per region, then both regions on one client (shared by the federation and deployment
+    tests)."""
+    from flower_runs import TINY, run_isolated
+
+    outs = []
+    for supernodes in (2, 1):
+        results = tmp_path_factory.mktemp(f"results{supernodes}")
+        homes = tmp_path_factory.mktemp(f"home{supernodes}")
+        assert run_isolated(homes, [f"results_dir={results}"], supernodes, TINY) == 0
+        outs.append(results / "tiny_federation")
+    return outs

@@ -21,18 +21,16 @@ import time
 from pathlib import Path
 
 import numpy as np
-import psutil
 import pytest
+from flower_runs import TINY, processes_with_env, run_isolated
 
 from fedmc_flwr.config import load_config
 from fedmc_flwr.federation.client_app import train_region
-from fedmc_flwr.federation.runner import run_federation
 from fedmc_flwr.policies.heuristics import DISPATCHERS
 from fedmc_flwr.policies.ppo import PPOLearner
 from fedmc_flwr.results import COLUMNS, TIMING_COLUMNS
 from fedmc_flwr.seeds import learner_seed
 
-TINY = Path(__file__).parent / "conf" / "tiny_federation.yaml"
 FAULTY = Path(__file__).parent / "conf" / "faulty_federation.yaml"
 REGIONS = ("us-east1", "europe-west9")
 DIAGNOSTICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")
@@ -55,45 +53,6 @@ def test_a_region_resumes_its_learner_between_rounds(tmp_path: Path) -> None:
     late, _ = train_region(cfg, 0, weights, 2, tmp_path)  # region 0 has no state yet
     for a, b in zip(late, fresh.get_update(), strict=True):
         np.testing.assert_array_equal(a, b)
-
-
-def _processes_with_env(marker: str) -> list[int]:
-    """Live processes whose environment mentions `marker` (the run's private Flower home)."""
-    found = []
-    for process in psutil.process_iter(["status"]):
-        try:
-            environ = process.environ()
-        except (psutil.Error, OSError):
-            continue
-        if process.info["status"] != psutil.STATUS_ZOMBIE and any(
-            marker in f"{k}={v}" for k, v in environ.items()
-        ):
-            found.append(process.pid)
-    return found
-
-
-def _run(
-    homes: Path, overrides: list[str], supernodes: int, config: Path = TINY, **kwargs: str
-) -> int:
-    """run_federation with its private Flower home under `homes`; no process may outlive it."""
-    previous, tempfile.tempdir = tempfile.tempdir, str(homes)
-    try:
-        code = run_federation(config, overrides, num_supernodes=supernodes, **kwargs)
-    finally:
-        tempfile.tempdir = previous
-    assert _processes_with_env(f"FLWR_HOME={homes}") == [], "Flower processes left running"
-    return code
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    outs = []
-    for supernodes in (2, 1):
-        results = tmp_path_factory.mktemp(f"results{supernodes}")
-        homes = tmp_path_factory.mktemp(f"home{supernodes}")
-        assert _run(homes, [f"results_dir={results}"], supernodes) == 0
-        outs.append(results / "tiny_federation")
-    return outs
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -160,8 +119,8 @@ def test_a_run_killed_outright_resumes_to_the_same_tables(runs: list[Path], tmp_
         assert json.loads(progress.read_text())["completed_round"] == 1
         killed.send_signal(signal.SIGKILL)
         killed.wait()
-        assert _run(homes, [f"results_dir={tmp_path}"], 2, on_existing="resume") == 0
-        assert _processes_with_env(f"TMPDIR={short}") == [], "the killed run left processes"
+        assert run_isolated(homes, [f"results_dir={tmp_path}"], 2, on_existing="resume") == 0
+        assert processes_with_env(f"TMPDIR={short}") == [], "the killed run left processes"
     for table in ("metrics.csv", "per_seed.csv"):
         assert (out / table).read_bytes() == (runs[0] / table).read_bytes(), table
     for rnd in (1, 2):
@@ -174,7 +133,7 @@ def test_a_run_killed_outright_resumes_to_the_same_tables(runs: list[Path], tmp_
 def test_a_rerun_refuses_to_overwrite(runs: list[Path], tmp_path: Path) -> None:
     overrides = [f"results_dir={runs[0].parent}"]
     before = (runs[0] / "metrics.csv").read_bytes()
-    assert _run(tmp_path, overrides, 2) == 2
+    assert run_isolated(tmp_path, overrides, 2) == 2
     assert (runs[0] / "metrics.csv").read_bytes() == before
 
 
@@ -182,7 +141,7 @@ def test_faulty_regions_are_left_out_and_recorded(tmp_path: Path) -> None:
     """A raise, a hang past the round timeout, NaN weights, a wrong shape and an absurd step
     count: each round completes from its healthy regions, each failure is a row."""
     (tmp_path / "home").mkdir()
-    assert _run(tmp_path / "home", [f"results_dir={tmp_path}"], 3, config=FAULTY) == 0
+    assert run_isolated(tmp_path / "home", [f"results_dir={tmp_path}"], 3, config=FAULTY) == 0
     rows = _rows(tmp_path / "faulty_federation" / "metrics.csv")
     failed = {(r["round"], r["client"]): r["reason"] for r in rows if r["phase"] == "failed"}
     assert set(failed) == {
@@ -209,7 +168,7 @@ def test_too_few_healthy_regions_stop_the_run_in_one_line(
 ) -> None:
     (tmp_path / "home").mkdir()
     overrides = [f"results_dir={tmp_path}", "federation.min_regions=3"]
-    assert _run(tmp_path / "home", overrides, 3, config=FAULTY) == 1
+    assert run_isolated(tmp_path / "home", overrides, 3, config=FAULTY) == 1
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert "round 1 training: 2 of 3 regions healthy, federation.min_regions is 3" in line
     assert "injected" in line
@@ -224,6 +183,6 @@ def test_the_deadline_stops_the_run_and_everything_it_started(
     (tmp_path / "home").mkdir()
     overrides = [f"results_dir={tmp_path}", "federation.deadline_s=5"]
     started = time.monotonic()
-    assert _run(tmp_path / "home", overrides, 2) == 1
+    assert run_isolated(tmp_path / "home", overrides, 2) == 1
     assert time.monotonic() - started < 60
     assert "federation.deadline_s (5 s) reached" in capsys.readouterr().err

@@ -3,26 +3,32 @@
 Client `p` of `n` serves regions `p, p + n, ...` (one region each when n equals the number
 of regions). Flower builds a new client object for every message, so a region's learner
 (optimizer moments, normalisers, RNG, the state of its worlds) lives in region-local
-files, `<state-dir>/<region>/round_NNN.npz`, between rounds. Files rather than
-`context.state`: they work unchanged whether the ClientApp runs in a Ray actor or in a
-fresh process per message (deployment), keep nothing in the node's memory between rounds,
-and can be inspected. One file per round (the newest two kept): a round resumes from the
-newest state before it, so a region that failed a round resumes from the round before,
-and a run resumed after a crash finds each region exactly as it was after the last
-completed round, whatever the crash interrupted. The
-server sends the resolved experiment config and the state directory with every message,
-so server and clients cannot disagree about the experiment.
+files, `<state root>/<experiment>/<region>/round_NNN.npz`, between rounds. Files rather
+than `context.state`: they work unchanged whether the ClientApp runs in a Ray actor or in
+a fresh process per message (deployment), keep nothing in the node's memory between
+rounds, and can be inspected. One file per round (the newest two kept): a round resumes
+from the newest state before it, so a region that failed a round resumes from the round
+before, and a run resumed after a crash finds each region exactly as it was after the
+last completed round, whatever the crash interrupted.
+
+The state root belongs to the node, never to the server: a SuperNode's own `state-dir`
+(`--node-config`), else the run-config `client-state-dir` (which `fedmc run` sets to the
+experiment's `clients/` for the simulation engine, whose virtual nodes all live on the
+launching machine), else `fedmc-state/` in the node's working directory. The server
+sends only the resolved experiment config with every message, so server and clients
+cannot disagree about the experiment.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
-from flwr.app import Context
+from flwr.app import Context, UserConfig
 from flwr.client import ClientApp, NumPyClient
 from flwr.common import Config, Scalar
 from omegaconf import OmegaConf
@@ -43,9 +49,25 @@ KEPT_STATES = 2
 """State files a region keeps: its newest two rounds."""
 
 
+NODE_STATE_DIR = "fedmc-state"
+"""In the node's working directory, for a node that names no state directory."""
+
+
+def state_root(node_config: UserConfig, run_config: UserConfig) -> Path:
+    """Where this node keeps its regions' learners (see the module docstring)."""
+    chosen = str(node_config.get("state-dir", "")) or str(run_config.get("client-state-dir", ""))
+    return Path(chosen or NODE_STATE_DIR).expanduser().resolve()
+
+
 def state_dir_of(state_dir: Path, cfg: ExperimentConfig, region: int) -> Path:
     """The folder where a region keeps its learner, one file per round."""
-    return state_dir / region_catalogue(cfg.world.regions)[region].name
+    return state_dir / cfg.name / region_catalogue(cfg.world.regions)[region].name
+
+
+def forget_earlier_runs(state_dir: Path, cfg: ExperimentConfig, region: int) -> None:
+    """Round 1 starts afresh: drop whatever an earlier run of the experiment left, so that
+    no later round of this run can resume from it (a node outlives runs)."""
+    shutil.rmtree(state_dir_of(state_dir, cfg, region), ignore_errors=True)
 
 
 def _saved_rounds(folder: Path) -> list[int]:
@@ -62,10 +84,10 @@ def train_region(
 ) -> tuple[Weights, dict[str, float]]:
     """One round of local PPO from the global `weights`; the learner's state carries over.
 
-    Round 1 starts a fresh learner (files left by an earlier run are ignored); later rounds
-    resume the newest state saved before this round (see the module docstring), or start
-    a fresh one if the region has none yet (it failed every round so far, or its node is
-    new).
+    Round 1 starts a fresh learner (`forget_earlier_runs` has cleared the region's folder);
+    later rounds resume the newest state saved before this round (see the module
+    docstring), or start a fresh one if the region has none yet (it failed every round so
+    far, or its node is new).
     """
     learner = PPOLearner(cfg, [region], seed=learner_seed(cfg.seed, region))
     folder = state_dir_of(state_dir, cfg, region)
@@ -108,9 +130,10 @@ def experiment_from(config: Config) -> ExperimentConfig:
 class RegionClient(NumPyClient):
     """PPO on the regions of one virtual client (see the module docstring)."""
 
-    def __init__(self, partition: int, num_partitions: int) -> None:
+    def __init__(self, partition: int, num_partitions: int, state_dir: Path) -> None:
         self.partition = partition
         self.num_partitions = num_partitions
+        self.state_dir = state_dir
 
     def _regions(self, cfg: ExperimentConfig) -> list[int]:
         return wire.regions_of(self.partition, self.num_partitions, cfg.world.regions)
@@ -124,11 +147,11 @@ class RegionClient(NumPyClient):
         server_round = int(config["server-round"])
         network_arrays = len(parameters) - len(STATISTICS) * MOMENT_ARRAYS
         for region in regions:
+            if server_round == 1:
+                forget_earlier_runs(self.state_dir, cfg, region)
             fault = faults.fault_for(cfg, region, server_round)
             faults.before_training(fault, cfg)
-            trained, stats = train_region(
-                cfg, region, parameters, server_round, Path(str(config["state-dir"]))
-            )
+            trained, stats = train_region(cfg, region, parameters, server_round, self.state_dir)
             trained, region_steps = faults.corrupt(
                 fault, trained, int(stats["env_steps"]), parameters, network_arrays
             )
@@ -152,10 +175,11 @@ class RegionClient(NumPyClient):
 
 
 def client_fn(context: Context) -> object:
-    """One client per virtual node; its partition picks its regions."""
+    """One client per node; its partition picks its regions, its config the state root."""
     partition = int(context.node_config["partition-id"])
     num_partitions = int(context.node_config["num-partitions"])
-    return RegionClient(partition, num_partitions).to_client()
+    root = state_root(context.node_config, context.run_config)
+    return RegionClient(partition, num_partitions, root).to_client()
 
 
 app = ClientApp(client_fn=client_fn)

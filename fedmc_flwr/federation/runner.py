@@ -18,47 +18,43 @@ stops whatever a killed earlier run of the same experiment left running.
 from __future__ import annotations
 
 import json
-import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import Protocol
 
-import httpx
 import pandas as pd
 
 from fedmc_flwr.baselines import format_table
 from fedmc_flwr.config import ConfigError, ExperimentConfig, load_config, to_yaml
-from fedmc_flwr.errors import RunFailure
 from fedmc_flwr.federation.processes import FlowerProcesses, owner_token, stop_stale
 from fedmc_flwr.federation.recorder import STATUS_FILE
 from fedmc_flwr.federation.resume import resume_point
 from fedmc_flwr.federation.server_app import initial_weights
+from fedmc_flwr.federation.superlink import (
+    BIN,
+    CONNECTION,
+    RunError,
+    flower_env,
+    flwr,
+    start_superlink,
+    write_connection,
+)
 from fedmc_flwr.plots import plot_metrics
 from fedmc_flwr.results import experiment_path, holds_results
 
-CONNECTION = "fedmc"
-"""Name of the SuperLink connection in the private Flower home."""
-STARTUP_TIMEOUT_S = 30.0
+__all__ = ["RunError", "SimulationEngine", "run_federation"]
+
 POLL_S = 2.0
 REGISTRY = ".fedmc-run.json"
 """The run's process family, in its experiment directory while it runs."""
-FLOWER_ENV = {
-    "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-    "FLWR_TELEMETRY_ENABLED": "0",
-    "FLWR_DISABLE_UPDATE_CHECK": "1",
-    "RAY_DEDUP_LOGS": "0",
-}
-BIN = Path(sys.executable).parent
-COLOUR_FORCING = ("FORCE_COLOR", "CLICOLOR_FORCE")
-"""Set by Jupyter kernels; they make the `flwr` CLI colour its JSON output, which then does
-not parse, so Flower's processes never see them."""
 
 
 def project_root() -> Path:
@@ -70,11 +66,45 @@ def project_root() -> Path:
     return root
 
 
-def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+class Engine(Protocol):
+    """Where the rounds run: the SuperLink and its nodes, started for one run."""
+
+    def describe(self) -> str: ...
+
+    def federation_config(self) -> str | None:
+        """`flwr run --federation-config`, for the simulation engine only."""
+
+    def client_state_dir(self, out: Path) -> str:
+        """Run-config `client-state-dir`: where nodes without a `state-dir` of their own
+        keep their regions' learners ("" for the node's working directory)."""
+
+    def start(
+        self, processes: FlowerProcesses, env: dict[str, str], home: Path, root: Path, out: Path
+    ) -> None:
+        """Start everything in `processes` and write the connection into `home`."""
+
+
+@dataclass(frozen=True)
+class SimulationEngine:
+    """Flower's simulation engine: virtual clients in Ray, one CPU each, on this machine,
+    so every virtual node keeps its regions' learners in the experiment's `clients/`."""
+
+    supernodes: int
+
+    def describe(self) -> str:
+        return f"{self.supernodes} virtual clients"
+
+    def federation_config(self) -> str | None:
+        return f"num-supernodes={self.supernodes} client-resources-num-cpus=1"
+
+    def client_state_dir(self, out: Path) -> str:
+        return str(out / "clients")
+
+    def start(
+        self, processes: FlowerProcesses, env: dict[str, str], home: Path, root: Path, out: Path
+    ) -> None:
+        connection = start_superlink(processes, env, root, home / "superlink.log", simulation=True)
+        write_connection(home, connection)
 
 
 @contextmanager
@@ -93,45 +123,6 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 def _toml_string(value: str) -> str:
     return json.dumps(value)  # a JSON string is a valid TOML basic string
-
-
-def _write_flower_home(home: Path, port: int) -> None:
-    (home / "config.toml").write_text(
-        f'[superlink]\ndefault = "{CONNECTION}"\n\n'
-        f'[superlink.{CONNECTION}]\naddress = "127.0.0.1:{port}"\ninsecure = true\n'
-    )
-
-
-def _wait_healthy(port: int, superlink: subprocess.Popen, log_file: Path) -> None:
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if superlink.poll() is not None:
-            raise RunError(f"flower-superlink exited with {superlink.returncode}; see {log_file}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=0.5).is_success:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise RunError(f"flower-superlink not up within {STARTUP_TIMEOUT_S:.0f} s; see {log_file}")
-
-
-def _flwr(args: list[str], env: dict[str, str], cwd: Path) -> dict:
-    """One `flwr` CLI call with JSON output, parsed."""
-    done = subprocess.run(
-        [str(BIN / "flwr"), *args, "--format", "json"],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    text = done.stdout[done.stdout.find("{") :]
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        detail = (done.stderr.strip() or done.stdout.strip()).splitlines() or ["no output"]
-        raise RunError(f"flwr {args[0]} failed (exit {done.returncode}): {detail[-1]}") from None
 
 
 def _final_status(
@@ -156,15 +147,11 @@ def _final_status(
             stream.wait(timeout=POLL_S)
         except subprocess.TimeoutExpired:
             continue
-        runs = _flwr(["list", CONNECTION, "--run-id", run_id], env, cwd).get("runs") or []
+        runs = flwr(["list", CONNECTION, "--run-id", run_id], env, cwd).get("runs") or []
         status = str(runs[0]["status"]) if runs else "unknown"
         if status.startswith("finished"):
             return status
         time.sleep(POLL_S)
-
-
-class RunError(RunFailure, RuntimeError):
-    """Flower could not be started or driven (not a problem of the experiment itself)."""
 
 
 def last_round_table(csv_path: Path) -> str:
@@ -213,13 +200,15 @@ def run_federation(
     overrides: list[str],
     num_supernodes: int | None = None,
     on_existing: str = "refuse",
+    engine: Engine | None = None,
 ) -> int:
-    """Run one experiment (YAML + dotted overrides) in Flower's simulation engine.
+    """Run one experiment (YAML + dotted overrides) through Flower.
 
-    `num_supernodes` defaults to one virtual client per region; `on_existing` says what to
-    do when the experiment already holds results ('refuse', 'overwrite' or 'resume').
-    Returns 0 when the run completed (and its plots are drawn), 1 when it failed or hit its
-    deadline (every finished round is kept), 2 when an existing experiment was refused.
+    `engine` defaults to the simulation engine with `num_supernodes` virtual clients (one
+    per region by default); `on_existing` says what to do when the experiment already
+    holds results ('refuse', 'overwrite' or 'resume'). Returns 0 when the run completed
+    (and its plots are drawn), 1 when it failed or hit its deadline (every finished round
+    is kept), 2 when an existing experiment was refused.
     """
     cfg = load_config(config_path, overrides)
     spaced = [item for item in overrides if len(item.split()) != 1]
@@ -233,41 +222,15 @@ def run_federation(
     settled = _settle_existing(cfg, out, on_existing)
     if settled is not None:
         return settled
-    supernodes = num_supernodes or cfg.world.regions
+    engine = engine or SimulationEngine(num_supernodes or cfg.world.regions)
     root = project_root()
     processes = FlowerProcesses(out / REGISTRY)
     deadline = time.monotonic() + (cfg.federation.deadline_s or float("inf"))
     with tempfile.TemporaryDirectory(prefix="fedmc-flwr-") as tmp, _sigterm_as_interrupt():
         home = Path(tmp)
-        env = {
-            **{k: v for k, v in os.environ.items() if k not in COLOUR_FORCING},
-            **FLOWER_ENV,
-            "FLWR_HOME": str(home),
-            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        }
+        env = flower_env(home)
         try:
-            port = free_port()
-            log_file = home / "superlink.log"
-            superlink = processes.start(
-                [
-                    str(BIN / "flower-superlink"),
-                    "--insecure",
-                    "--simulation",
-                    "--disable-runtime-dependency-installation",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(port),
-                    "--log-file",
-                    str(log_file),
-                ],
-                cwd=root,
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            _wait_healthy(port, superlink, log_file)
-            _write_flower_home(home, port)
+            engine.start(processes, env, home, root, out)
             run_config = home / "run-config.toml"
             run_config.write_text(
                 f"config = {_toml_string(str(Path(config_path).resolve()))}\n"
@@ -275,26 +238,25 @@ def run_federation(
                 f"results-dir = {_toml_string(str(out.parent))}\n"
                 f"on-existing = {_toml_string(on_existing)}\n"
                 f"owner = {_toml_string(owner_token())}\n"
+                f"client-state-dir = {_toml_string(engine.client_state_dir(out))}\n"
             )
-            started = _flwr(
+            federation = engine.federation_config()
+            started = flwr(
                 [
                     "run",
                     str(root),
                     CONNECTION,
                     "--run-config",
                     str(run_config),
-                    "--federation-config",
-                    f"num-supernodes={supernodes} client-resources-num-cpus=1",
+                    *(["--federation-config", federation] if federation else []),
                 ],
                 env,
                 root,
             )
-            if not started.get("success"):
-                raise RunError(f"flwr run failed: {started}")
             run_id = str(started["run-id"])
             print(
                 f"fedmc: run {run_id}: {cfg.name}, {cfg.world.regions} regions on "
-                f"{supernodes} virtual clients, {cfg.train.rounds} rounds",
+                f"{engine.describe()}, {cfg.train.rounds} rounds",
                 flush=True,
             )
             stream = processes.start(

@@ -10,6 +10,8 @@ Run-config keys (`[tool.flwr.app.config]` in pyproject.toml, `--run-config` over
 | `on-existing` | when the experiment already holds results: `refuse`, `overwrite` or `resume` |
 | `owner` | `pid:start` of the process that started the run, set by `fedmc run`: the run |
 | | stops when that process is gone; empty: no owner |
+| `client-state-dir` | where nodes without a `state-dir` node-config keep their regions' |
+| | learners; empty: `fedmc-state/` in each node's working directory (`client_app`) |
 
 A relative `results_dir` is taken from the ServerApp's working directory, which is the
 directory the SuperLink was started from: for `flwr run .` from the project root (which
@@ -83,10 +85,9 @@ def server_fn(context: Context) -> ServerAppComponents:
     )
     names = [r.name for r in region_catalogue(cfg.world.regions)]
     recorder = RunRecorder(cfg, out, names, resume_steps=start.train_steps if done else None)
-    state_dir = str(out / "clients")
 
     def instructions(server_round: int) -> dict[str, Scalar]:
-        return {"server-round": server_round, "experiment": resolved, "state-dir": state_dir}
+        return {"server-round": server_round, "experiment": resolved}
 
     strategy = RegionStrategy(
         start.weights,

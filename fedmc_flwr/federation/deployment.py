@@ -1,0 +1,154 @@
+"""Flower's deployment engine on one machine: a SuperLink and one SuperNode per node.
+
+`fedmc deploy` runs an experiment the way separate sites would, on 127.0.0.1: one
+`flower-superlink` (without `--simulation`) and `nodes` `flower-supernode` processes,
+each its own site with `--node-config "partition-id=K num-partitions=N state-dir=..."`.
+By default the links use TLS (a CA made for the run) and the SuperLink admits only the
+SuperNodes whose keys were registered with `flwr supernode register`
+(`--enable-supernode-auth`); `tls=False` and `node_auth=False` give a quick plain run.
+
+Each SuperNode keeps its regions' learner state in its own `state-dir`
+(`<experiment>/nodes/node-K/`), which stands for a disk on that site: the ServerApp never
+names a path on a node. Each node's log (its ClientApps' output) goes to
+`<experiment>/nodes/node-K.log`. The runner stops every process started here by PID.
+
+The same programs across machines are in the README ("Scaling out").
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from fedmc_flwr.federation.credentials import make_node_key, make_tls
+from fedmc_flwr.federation.processes import FlowerProcesses
+from fedmc_flwr.federation.superlink import (
+    BIN,
+    CONNECTION,
+    Connection,
+    RunError,
+    flwr,
+    free_port,
+    start_superlink,
+    write_connection,
+)
+
+NODES_DIR = "nodes"
+"""Inside the experiment directory: one state folder and one log per SuperNode."""
+ONLINE_TIMEOUT_S = 60.0
+POLL_S = 0.5
+
+
+def node_config(partition: int, partitions: int, state_dir: Path) -> str:
+    """A SuperNode's `--node-config`: its partition (which regions it serves) and where it
+    keeps their learner state."""
+    return f'partition-id={partition} num-partitions={partitions} state-dir="{state_dir}"'
+
+
+def start_supernode(
+    processes: FlowerProcesses,
+    env: dict[str, str],
+    connection: Connection,
+    config: str,
+    cwd: Path,
+    log_file: Path,
+    private_key: Path | None = None,
+    max_retries: int | None = None,
+) -> subprocess.Popen:
+    """One `flower-supernode` connected to `connection`, its output in `log_file`."""
+    security = (
+        ["--root-certificates", str(connection.ca_certificate)]
+        if connection.ca_certificate
+        else ["--insecure"]
+    )
+    command = [
+        str(BIN / "flower-supernode"),
+        *security,
+        "--superlink",
+        connection.address,
+        "--port",
+        str(free_port()),
+        "--node-config",
+        config,
+        *(["--auth-supernode-private-key", str(private_key)] if private_key else []),
+        *(["--max-retries", str(max_retries)] if max_retries is not None else []),
+    ]
+    cwd.mkdir(parents=True, exist_ok=True)
+    with log_file.open("ab") as log:
+        return processes.start(command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def online_nodes(env: dict[str, str], cwd: Path) -> int:
+    """How many SuperNodes the SuperLink of the private home sees online."""
+    nodes = flwr(["supernode", "list", CONNECTION], env, cwd).get("nodes") or []
+    return sum(1 for node in nodes if node.get("status") == "online")
+
+
+@dataclass(frozen=True)
+class DeploymentEngine:
+    """`nodes` SuperNodes on loopback (see the module docstring)."""
+
+    nodes: int
+    tls: bool = True
+    node_auth: bool = True
+
+    def describe(self) -> str:
+        security = ", ".join(
+            ["TLS" if self.tls else "plain HTTP", *(["node auth"] if self.node_auth else [])]
+        )
+        return f"{self.nodes} SuperNodes ({security})"
+
+    def federation_config(self) -> str | None:
+        return None
+
+    def client_state_dir(self, out: Path) -> str:
+        return ""  # each SuperNode names its own
+
+    def start(
+        self, processes: FlowerProcesses, env: dict[str, str], home: Path, root: Path, out: Path
+    ) -> None:
+        """SuperLink, keys registered, SuperNodes started and online."""
+        tls = make_tls(home / "tls", ["127.0.0.1", "localhost"]) if self.tls else None
+        connection = start_superlink(
+            processes,
+            env,
+            root,
+            home / "superlink.log",
+            simulation=False,
+            tls=tls,
+            node_auth=self.node_auth,
+        )
+        write_connection(home, connection)
+        sites = out / NODES_DIR
+        started = []
+        for k in range(self.nodes):
+            key = None
+            if self.node_auth:
+                key = make_node_key(home / "keys", f"node-{k}")
+                flwr(["supernode", "register", str(key.public), CONNECTION], env, root)
+            log_file = sites / f"node-{k}.log"
+            config = node_config(k, self.nodes, sites / f"node-{k}")
+            started.append(
+                (
+                    start_supernode(
+                        processes,
+                        env,
+                        connection,
+                        config,
+                        sites / f"node-{k}",
+                        log_file,
+                        key.private if key else None,
+                    ),
+                    log_file,
+                )
+            )
+        deadline = time.monotonic() + ONLINE_TIMEOUT_S
+        while online_nodes(env, root) < self.nodes:
+            for node, log_file in started:
+                if node.poll() is not None:
+                    raise RunError(f"a SuperNode exited with {node.returncode}; see {log_file}")
+            if time.monotonic() > deadline:
+                raise RunError(f"SuperNodes not online within {ONLINE_TIMEOUT_S:.0f} s")
+            time.sleep(POLL_S)

@@ -1,0 +1,175 @@
+"""Starting a SuperLink and talking to it through the `flwr` CLI, for both engines.
+
+Flower's simulation and deployment engines are driven the same way: a SuperLink, a
+private Flower home whose `config.toml` names one connection to it, and `flwr` CLI calls
+with JSON output. Everything here runs Flower's own programs from this environment's
+`bin` directory, with runtime dependency installation, telemetry and update checks off.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from fedmc_flwr.errors import RunFailure
+from fedmc_flwr.federation.credentials import TlsFiles
+from fedmc_flwr.federation.processes import FlowerProcesses
+
+CONNECTION = "fedmc"
+"""Name of the SuperLink connection in the private Flower home."""
+STARTUP_TIMEOUT_S = 30.0
+BIN = Path(sys.executable).parent
+FLOWER_ENV = {
+    "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+    "FLWR_TELEMETRY_ENABLED": "0",
+    "FLWR_DISABLE_UPDATE_CHECK": "1",
+    "RAY_DEDUP_LOGS": "0",
+}
+COLOUR_FORCING = ("FORCE_COLOR", "CLICOLOR_FORCE")
+"""Set by Jupyter kernels; they make the `flwr` CLI colour its JSON output, which then does
+not parse, so Flower's processes never see them."""
+
+
+class RunError(RunFailure, RuntimeError):
+    """Flower could not be started or driven (not a problem of the experiment itself)."""
+
+
+@dataclass(frozen=True)
+class Connection:
+    """How the CLI and the SuperNodes reach the SuperLink: plain HTTP when `ca_certificate`
+    is None, else HTTPS verified against that CA."""
+
+    host: str
+    port: int
+    ca_certificate: Path | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def flower_env(home: Path) -> dict[str, str]:
+    """The environment of every Flower process of a run: this one's, with a private home."""
+    return {
+        **{k: v for k, v in os.environ.items() if k not in COLOUR_FORCING},
+        **FLOWER_ENV,
+        "FLWR_HOME": str(home),
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def write_connection(home: Path, connection: Connection) -> None:
+    """The private Flower home's config.toml: one connection, the default."""
+    security = (
+        f"root-certificates = {json.dumps(str(connection.ca_certificate))}\n"
+        if connection.ca_certificate
+        else "insecure = true\n"
+    )
+    (home / "config.toml").write_text(
+        f'[superlink]\ndefault = "{CONNECTION}"\n\n'
+        f'[superlink.{CONNECTION}]\naddress = "{connection.address}"\n{security}'
+    )
+
+
+def start_superlink(
+    processes: FlowerProcesses,
+    env: dict[str, str],
+    cwd: Path,
+    log_file: Path,
+    *,
+    simulation: bool,
+    tls: TlsFiles | None = None,
+    node_auth: bool = False,
+) -> Connection:
+    """A SuperLink on a free loopback port, healthy; its ServerApps start in `cwd`."""
+    port = free_port()
+    security = (
+        [
+            "--ssl-certfile",
+            str(tls.certificate),
+            "--ssl-keyfile",
+            str(tls.key),
+            "--ssl-ca-certfile",
+            str(tls.ca_certificate),
+        ]
+        if tls
+        else ["--insecure"]
+    )
+    command = [
+        str(BIN / "flower-superlink"),
+        *security,
+        *(["--simulation"] if simulation else []),
+        *(["--enable-supernode-auth"] if node_auth else []),
+        "--disable-runtime-dependency-installation",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-file",
+        str(log_file),
+    ]
+    superlink = processes.start(
+        command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    connection = Connection("127.0.0.1", port, tls.ca_certificate if tls else None)
+    _wait_healthy(connection, superlink, log_file)
+    return connection
+
+
+def _wait_healthy(connection: Connection, superlink: subprocess.Popen, log_file: Path) -> None:
+    scheme = "https" if connection.ca_certificate else "http"
+    verify: ssl.SSLContext | bool = (
+        ssl.create_default_context(cafile=connection.ca_certificate)
+        if connection.ca_certificate
+        else True
+    )
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if superlink.poll() is not None:
+            raise RunError(f"flower-superlink exited with {superlink.returncode}; see {log_file}")
+        try:
+            url = f"{scheme}://{connection.address}/health"
+            if httpx.get(url, timeout=0.5, verify=verify).is_success:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RunError(f"flower-superlink not up within {STARTUP_TIMEOUT_S:.0f} s; see {log_file}")
+
+
+def flwr(args: list[str], env: dict[str, str], cwd: Path) -> dict:
+    """One `flwr` CLI call with JSON output, parsed; RunError unless it says success."""
+    done = subprocess.run(
+        [str(BIN / "flwr"), *args, "--format", "json"],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    text = done.stdout[done.stdout.find("{") :]
+    try:
+        reply = json.loads(text)
+    except json.JSONDecodeError:
+        detail = (done.stderr.strip() or done.stdout.strip()).splitlines() or ["no output"]
+        raise RunError(f"flwr {args[0]} failed (exit {done.returncode}): {detail[-1]}") from None
+    if reply.get("success") is False:
+        message = str(reply.get("error-message", "")).strip().splitlines() or ["no message"]
+        raise RunError(f"flwr {' '.join(args[:2])} failed: {message[-1]}")
+    return reply

@@ -1,0 +1,158 @@
+"""Flower's deployment engine on loopback: TLS, SuperNode authentication, state per node.
+
+The tiny experiment runs with one SuperLink and two SuperNodes, over TLS with a CA made
+for the run and only registered SuperNodes admitted. Its tables must equal the
+simulation engine's byte for byte (same config and seed), each region's learner state
+must live in its own SuperNode's folder, and nothing it started may outlive it. A
+SuperNode whose key was never registered must be refused.
+"""
+
+from __future__ import annotations
+
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec
+from flower_runs import TINY, run_isolated
+
+from fedmc_flwr.federation.client_app import state_root
+from fedmc_flwr.federation.credentials import make_node_key, make_tls
+from fedmc_flwr.federation.deployment import (
+    DeploymentEngine,
+    node_config,
+    online_nodes,
+    start_supernode,
+)
+from fedmc_flwr.federation.processes import FlowerProcesses
+from fedmc_flwr.federation.superlink import (
+    CONNECTION,
+    flower_env,
+    flwr,
+    start_superlink,
+    write_connection,
+)
+
+REGIONS = ("us-east1", "europe-west9")
+
+
+@pytest.fixture(scope="module")
+def deployed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    results = tmp_path_factory.mktemp("deployed")
+    homes = tmp_path_factory.mktemp("deploy-home")
+    engine = DeploymentEngine(2, tls=True, node_auth=True)
+    assert run_isolated(homes, [f"results_dir={results}"], None, engine=engine) == 0
+    return results / "tiny_federation"
+
+
+@pytest.mark.parametrize("table", ["metrics.csv", "per_seed.csv"])
+def test_deployment_gives_the_simulation_engines_tables(
+    deployed: Path, runs: list[Path], table: str
+) -> None:
+    assert (deployed / table).read_bytes() == (runs[0] / table).read_bytes()
+
+
+def test_each_region_keeps_its_learner_on_its_own_node(deployed: Path) -> None:
+    for node, region in enumerate(REGIONS):
+        folder = deployed / "nodes" / f"node-{node}" / "tiny_federation" / region
+        assert sorted(p.name for p in folder.iterdir()) == ["round_001.npz", "round_002.npz"]
+        assert "fedmc.fedmc-flwr" in (deployed / "nodes" / f"node-{node}.log").read_text()
+    assert not (deployed / "clients").exists()
+
+
+def test_an_unregistered_supernode_is_refused(tmp_path: Path) -> None:
+    """With `--enable-supernode-auth`, the registered key's node comes online and a node
+    with a key nobody registered exits without ever joining."""
+    env = flower_env(tmp_path)
+    processes = FlowerProcesses()
+    try:
+        tls = make_tls(tmp_path / "tls", ["127.0.0.1"])
+        connection = start_superlink(
+            processes,
+            env,
+            tmp_path,
+            tmp_path / "superlink.log",
+            simulation=False,
+            tls=tls,
+            node_auth=True,
+        )
+        write_connection(tmp_path, connection)
+        known = make_node_key(tmp_path / "keys", "known")
+        stranger = make_node_key(tmp_path / "keys", "stranger")
+        flwr(["supernode", "register", str(known.public), CONNECTION], env, tmp_path)
+        config = node_config(0, 1, tmp_path / "state")
+        refused = start_supernode(
+            processes,
+            env,
+            connection,
+            config,
+            tmp_path / "stranger",
+            tmp_path / "stranger.log",
+            stranger.private,
+            max_retries=1,
+        )
+        start_supernode(
+            processes,
+            env,
+            connection,
+            config,
+            tmp_path / "known",
+            tmp_path / "known.log",
+            known.private,
+        )
+        assert refused.wait(timeout=120) != 0
+        assert "Failed to activate SuperNode" in (tmp_path / "stranger.log").read_text()
+        deadline = time.monotonic() + 60
+        while online_nodes(env, tmp_path) < 1 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        nodes = flwr(["supernode", "list", CONNECTION], env, tmp_path)["nodes"]
+        assert [node["status"] for node in nodes] == ["online"]
+    finally:
+        processes.stop()
+    assert processes.alive() == []
+
+
+def test_credentials_chain_to_their_ca_and_keep_private_keys_private(tmp_path: Path) -> None:
+    tls = make_tls(tmp_path, ["superlink.example.org", "10.0.0.5"])
+    ca = x509.load_pem_x509_certificate(tls.ca_certificate.read_bytes())
+    certificate = x509.load_pem_x509_certificate(tls.certificate.read_bytes())
+    certificate.verify_directly_issued_by(ca)
+    names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert names.get_values_for_type(x509.DNSName) == ["superlink.example.org"]
+    assert [str(ip) for ip in names.get_values_for_type(x509.IPAddress)] == ["10.0.0.5"]
+    key = make_node_key(tmp_path, "node-0")
+    assert key.public.read_text().startswith("ecdsa-sha2-nistp384 ")
+    for private in (tls.key, key.private):
+        assert stat.S_IMODE(private.stat().st_mode) == 0o600
+    assert isinstance(ca.public_key(), ec.EllipticCurvePublicKey)
+
+
+def test_a_node_keeps_state_where_it_says(tmp_path: Path) -> None:
+    """Its own `state-dir` first, then the run's `client-state-dir`, then its working
+    directory: never a path the server picks."""
+    mine, runs = tmp_path / "mine", tmp_path / "run"
+    assert state_root({"state-dir": str(mine)}, {"client-state-dir": str(runs)}) == mine
+    assert state_root({}, {"client-state-dir": str(runs)}) == runs
+    assert state_root({}, {"client-state-dir": ""}) == Path.cwd() / "fedmc-state"
+
+
+def _fedmc(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "fedmc_flwr.cli", *args], capture_output=True, text=True
+    )
+
+
+def test_bad_deploy_and_credentials_input_is_one_line(tmp_path: Path) -> None:
+    done = _fedmc("deploy", "--config", str(TINY), "--nodes", "3")
+    assert done.returncode == 2
+    assert done.stderr.strip() == "fedmc: config error: --nodes 3: give 1 to 2 (world.regions)"
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    done = _fedmc("credentials", "--out", str(blocked), "--host", "h", "--nodes", "1")
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert str(blocked) in done.stderr
