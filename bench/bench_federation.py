@@ -37,15 +37,18 @@ from fedmc_flwr.federation.strategy import RegionUpdate, aggregate
 TARGET_RATIO = 1.3
 
 
-def federated_round_seconds(config: Path, overrides: list[str], results: Path) -> list[float]:
-    """Per-round wall seconds of a `fedmc run` (its output kept out of the table)."""
+def federated_round_seconds(
+    config: Path, overrides: list[str], results: Path, command: tuple[str, ...] = ("run",)
+) -> list[float]:
+    """Per-round wall seconds of a `fedmc run` (or another `fedmc` `command` that runs an
+    experiment, e.g. `deploy`), its output kept out of the table."""
     fedmc = Path(sys.executable).parent / "fedmc"
     sets = [arg for item in [*overrides, f"results_dir={results}"] for arg in ("--set", item)]
     done = subprocess.run(
-        [str(fedmc), "run", "--config", str(config), *sets], capture_output=True, text=True
+        [str(fedmc), *command, "--config", str(config), *sets], capture_output=True, text=True
     )
     if done.returncode != 0:
-        raise RuntimeError(f"fedmc run failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        raise RuntimeError(f"fedmc {command[0]} failed ({done.returncode}):\n{done.stderr[-3000:]}")
     cfg = load_config(config, [*overrides, f"results_dir={results}"])
     with (results / cfg.name / "timing.csv").open() as handle:
         rows = [r for r in csv.DictReader(handle) if r["client"] == "all"]

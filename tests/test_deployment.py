@@ -9,16 +9,19 @@ SuperNode whose key was never registered must be refused.
 
 from __future__ import annotations
 
+import os
+import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
-from flower_runs import TINY, run_isolated
+from flower_runs import TINY, processes_with_env, run_isolated
 
 from fedmc_flwr.federation.client_app import state_root
 from fedmc_flwr.federation.credentials import make_node_key, make_tls
@@ -60,8 +63,25 @@ def test_each_region_keeps_its_learner_on_its_own_node(deployed: Path) -> None:
     for node, region in enumerate(REGIONS):
         folder = deployed / "nodes" / f"node-{node}" / "tiny_federation" / region
         assert sorted(p.name for p in folder.iterdir()) == ["round_001.npz", "round_002.npz"]
-        assert "fedmc.fedmc-flwr" in (deployed / "nodes" / f"node-{node}.log").read_text()
+        log = (deployed / "nodes" / f"node-{node}.log").read_text()
+        assert "ROUND 2]" in log and "Sending: evaluate message" in log  # it served rounds
     assert not (deployed / "clients").exists()
+
+
+def test_ctrl_c_stops_every_process_the_deployment_started(tmp_path: Path) -> None:
+    """SIGINT once both SuperNodes are up: exit 130 and nothing left running."""
+    command = [sys.executable, "-m", "fedmc_flwr.cli", "deploy", "--config", str(TINY)]
+    command += ["--set", f"results_dir={tmp_path}"]
+    logs = [tmp_path / "tiny_federation" / "nodes" / f"node-{k}.log" for k in (0, 1)]
+    with tempfile.TemporaryDirectory(dir="/tmp") as private:
+        deploy = subprocess.Popen(command, env={**os.environ, "TMPDIR": private})
+        deadline = time.monotonic() + 300
+        while not all(log.exists() and "SuperNode ID" in log.read_text() for log in logs):
+            assert deploy.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+        deploy.send_signal(signal.SIGINT)
+        assert deploy.wait(timeout=120) == 130
+        assert processes_with_env(f"TMPDIR={private}") == []
 
 
 def test_an_unregistered_supernode_is_refused(tmp_path: Path) -> None:

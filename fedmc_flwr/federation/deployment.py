@@ -9,7 +9,7 @@ SuperNodes whose keys were registered with `flwr supernode register`
 
 Each SuperNode keeps its regions' learner state in its own `state-dir`
 (`<experiment>/nodes/node-K/`), which stands for a disk on that site: the ServerApp never
-names a path on a node. Each node's log (its ClientApps' output) goes to
+names a path on a node. Each node's log (the messages it served) goes to
 `<experiment>/nodes/node-K.log`. The runner stops every process started here by PID.
 
 The same programs across machines are in the README ("Scaling out").

@@ -1,0 +1,80 @@
+"""Flower's deployment engine against its simulation engine on the same experiment.
+
+The same config and seed run twice in one go: `fedmc run` (simulation engine, one virtual
+client per region in Ray, one CPU each) and `fedmc deploy` (a SuperLink and one SuperNode
+per region on 127.0.0.1, TLS and SuperNode authentication on). Round wall time = the
+server's fit phase plus its evaluate phase, from each run's timing.csv. The deployment
+engine starts a fresh `flwr-clientapp` process for every message (Flower's design), so
+each round pays a process start and the imports per region; the simulation engine keeps
+its Ray actors warm. Both runs must give the same metrics.csv, and this checks it.
+
+Prints a table, then one JSON line of the figures.
+
+    python bench/bench_engines.py [--config conf/small_demo.yaml] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from bench_federation import federated_round_seconds
+
+from fedmc_flwr.config import load_config
+
+GOAL_RATIO = 1.3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=Path, default=Path("conf/small_demo.yaml"))
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    if args.rounds < 2:
+        parser.error("--rounds must be at least 2 (round 1 carries the start-up)")
+    overrides = [f"train.rounds={args.rounds}", "name=bench_engines"]
+    cfg = load_config(args.config, overrides)
+    with tempfile.TemporaryDirectory(prefix="bench-engines-") as tmp:
+        simulation = federated_round_seconds(args.config, overrides, Path(tmp) / "sim")
+        deployment = federated_round_seconds(
+            args.config, overrides, Path(tmp) / "deploy", command=("deploy",)
+        )
+        same = all(
+            (Path(tmp) / "sim" / cfg.name / t).read_bytes()
+            == (Path(tmp) / "deploy" / cfg.name / t).read_bytes()
+            for t in ("metrics.csv", "per_seed.csv")
+        )
+    ratios = [d / s for d, s in zip(deployment, simulation, strict=True)]
+    steady = float(np.mean(ratios[1:]))
+    print(f"{cfg.name}: {cfg.world.regions} regions, {args.rounds} rounds, same seed")
+    print(f"{'round':>5}  {'simulation s':>12}  {'deployment s':>12}  {'ratio':>6}")
+    for k, (s, d, r) in enumerate(zip(simulation, deployment, ratios, strict=True), start=1):
+        print(f"{k:>5}  {s:>12.2f}  {d:>12.2f}  {r:>6.2f}")
+    print(f"deployment / simulation after round 1: {steady:.2f} (goal <= {GOAL_RATIO})")
+    print(f"identical metrics.csv and per_seed.csv: {same}")
+    print(
+        json.dumps(
+            {
+                "bench": "engines",
+                "config": str(args.config),
+                "rounds": args.rounds,
+                "regions": cfg.world.regions,
+                "simulation_round_s": [round(x, 3) for x in simulation],
+                "deployment_round_s": [round(x, 3) for x in deployment],
+                "ratio_after_round_1": round(steady, 3),
+                "goal_ratio": GOAL_RATIO,
+                "identical_tables": same,
+                "machine": platform.machine(),
+                "cpus": os.cpu_count(),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
