@@ -81,10 +81,16 @@ def cluster() -> Iterator[int]:
     server, thread = start_http_server(port, addr="127.0.0.1", registry=registry)
     stop = threading.Event()
 
-    def arrivals() -> None:  # 30, 20 and 10 jobs per second
+    def arrivals() -> None:
+        """30, 20 and 10 jobs per second of wall clock, however late a tick runs (a
+        loaded machine delays the thread, not the count)."""
+        started, sent = time.monotonic(), dict.fromkeys(REGIONS, 0)
         while not stop.wait(0.1):
-            for region, per_tick in zip(REGIONS, (3, 2, 1), strict=True):
-                jobs.labels(region).inc(per_tick)
+            elapsed = time.monotonic() - started
+            for region, per_second in zip(REGIONS, (30, 20, 10), strict=True):
+                due = int(elapsed * per_second)
+                jobs.labels(region).inc(due - sent[region])
+                sent[region] = due
 
     ticker = threading.Thread(target=arrivals, daemon=True)
     ticker.start()
@@ -249,7 +255,7 @@ def test_fedmc_run_serves_the_run_while_it_goes(tmp_path, monkeypatch) -> None:
     run's directory (the federation itself is replaced by one that writes two rounds)."""
     port, seen = free_port(), []
 
-    def federation(config: Path, overrides: list[str], on_existing: str) -> int:
+    def federation(config: Path, overrides: list[str], on_existing: str, engine: None) -> int:
         write_run(tmp_path / "demo", rounds=2)
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and 'fedmc_round{experiment="demo"} 2.0' not in (
