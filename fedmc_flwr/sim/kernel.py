@@ -36,6 +36,11 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from fedmc_flwr.sim import compile_cache
+
+# before the first @njit below: numba picks a function's cache locator when decorating it
+compile_cache.install()
+
 # rows of the [10, R] region parameter array
 PRICE_MEAN, PRICE_SWING, CARBON_MEAN, CARBON_SWING, BG_MEAN, BG_SWING = 0, 1, 2, 3, 4, 5
 COS_PHASE, SIN_PHASE, ARRIVAL_RATE, BURSTINESS = 6, 7, 8, 9

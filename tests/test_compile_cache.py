@@ -1,0 +1,122 @@
+"""The kernels' compiled code is found by the content of their source, wherever it lies.
+
+Each check runs in a fresh interpreter on a copy of the package, as a Ray actor imports a
+fresh copy of the app, with `FEDMC_CACHE_DIR` in the test's temporary directory, and reads
+numba's own hit and miss counters. The cache is filled once for the module, by two
+processes compiling into it at the same time, as the actors of a cold run do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "fedmc_flwr"
+
+# "all": compile or load every kernel the simulator runs, then roll out a few steps;
+# "seed": only the smallest kernel, for checks that must compile and should stay quick.
+PROBE = """
+import json, sys
+import numpy as np
+from numba.core.registry import CPUDispatcher
+from fedmc_flwr.config import RewardWeights, WorldConfig
+from fedmc_flwr.sim import compile_cache, kernel
+from fedmc_flwr.sim.world import MultiCloudSim
+
+if sys.argv[1] == "all":
+    compile_cache.warm_cache()
+    sim = MultiCloudSim(WorldConfig(), RewardWeights(), [0, 1, 2])
+    obs, mask = sim.reset([1, 2, 3])
+    total = 0.0
+    for _ in range(50):
+        step = sim.step(mask.argmax(axis=1))
+        total += float(step.reward.sum()) + float(sim.dispatch_costs()[mask].sum())
+        mask = step.mask
+else:
+    kernel.seed_streams(np.arange(4, dtype=np.uint64), np.zeros(4, dtype=np.uint64))
+    total = None
+dispatchers = [d for d in vars(kernel).values() if isinstance(d, CPUDispatcher)]
+print(json.dumps({
+    "kernel": kernel.__file__,
+    "cache_path": kernel.seed_streams._cache.cache_path,
+    "hits": sum(sum(d.stats.cache_hits.values()) for d in dispatchers),
+    "misses": sum(sum(d.stats.cache_misses.values()) for d in dispatchers),
+    "total": total,
+}))
+"""
+
+
+def _copy_package(dest: Path, mtime: float) -> Path:
+    """The package copied under `dest` with every file's mtime set, as Flower installs it."""
+    root = dest / "fedmc_flwr"
+    shutil.copytree(PACKAGE, root, ignore=shutil.ignore_patterns("__pycache__"))
+    for path in root.rglob("*"):
+        os.utime(path, (mtime, mtime))
+    return dest
+
+
+def _probe(app: Path, cache_dir: Path, mode: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(app), "FEDMC_CACHE_DIR": str(cache_dir)}
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, mode],
+        cwd=app,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    report = json.loads(out.splitlines()[-1])
+    assert Path(report["kernel"]).is_relative_to(app), "the probe imported another copy"
+    return report
+
+
+@pytest.fixture(scope="module")
+def filled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """A cache filled by two concurrent cold processes; the cache dir and one's report."""
+    base = tmp_path_factory.mktemp("compile_cache")
+    cache = base / "cache"
+    apps = [_copy_package(base / f"writer{i}", mtime=1_000_000_000 + i) for i in range(2)]
+    with ThreadPoolExecutor(2) as pool:
+        reports = list(pool.map(lambda app: _probe(app, cache, "all"), apps))
+    for report in reports:
+        assert report["misses"] > 0 and report["hits"] == 0
+        assert Path(report["cache_path"]).parent == cache
+    assert reports[0]["total"] == reports[1]["total"]
+    return cache, reports[0]
+
+
+def test_copy_elsewhere_loads_without_compiling(filled: tuple[Path, dict], tmp_path: Path):
+    cache, cold = filled
+    warm = _probe(_copy_package(tmp_path, mtime=1_500_000_000), cache, "all")
+    # kernels called only from other kernels are linked into their callers' cached code,
+    # so fewer load than compiled; none compiles
+    assert warm["misses"] == 0 and warm["hits"] > 0
+    assert warm["cache_path"] == cold["cache_path"]
+    assert warm["total"] == cold["total"]
+
+
+def test_changed_source_misses(filled: tuple[Path, dict], tmp_path: Path):
+    cache, cold = filled
+    app = _copy_package(tmp_path, mtime=1_000_000_000)
+    with (app / "fedmc_flwr" / "sim" / "kernel.py").open("a") as f:
+        f.write("\n# edited\n")
+    changed = _probe(app, cache, "seed")
+    assert (changed["hits"], changed["misses"]) == (0, 1)
+    assert changed["cache_path"] != cold["cache_path"]
+    assert Path(changed["cache_path"]).parent == cache
+
+
+def test_unwritable_cache_dir_falls_back_to_numba(tmp_path: Path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    app = _copy_package(tmp_path / "app", mtime=1_000_000_000)
+    report = _probe(app, blocker / "cache", "seed")
+    assert report["misses"] == 1
+    assert Path(report["cache_path"]).is_relative_to(app)
