@@ -26,15 +26,18 @@ def test_the_settings_change_only_what_they_name() -> None:
     balanced = _spec("noniid_balanced")
     busy = _spec("noniid_busy_region")
     skewed = _spec("noniid_skewed_prices_carbon")
+    outages = _spec("noniid_outages")
     assert np.allclose(balanced.arrival_rate, base.arrival_rate.max())
     assert np.allclose(busy.arrival_rate / busy.arrival_rate[0], [1, 1 / 3, 1 / 3])
     assert busy.arrival_rate[0] == pytest.approx(base.arrival_rate.max())
     assert np.allclose(skewed.price_mean / base.price_mean, [0.5, 1.5, 2.0])
     assert np.allclose(skewed.carbon_mean / base.carbon_mean, [1.3, 1.0, 1.0])
-    for spec in (balanced, busy):
+    assert np.array_equal(outages.region_outage, [1.0, 1.0, 10.0])
+    for spec in (balanced, busy, outages):
         assert np.array_equal(spec.price_mean, base.price_mean)
         assert np.array_equal(spec.carbon_mean, base.carbon_mean)
-    assert np.array_equal(skewed.arrival_rate, base.arrival_rate)
+    for spec in (skewed, outages):
+        assert np.array_equal(spec.arrival_rate, base.arrival_rate)
     for spec in (base, balanced, busy, skewed):
         assert np.array_equal(spec.region_outage, np.ones(3))
 
@@ -66,6 +69,31 @@ def test_outage_multipliers_must_keep_the_outage_chance_a_probability() -> None:
     assert "\n" not in message
     assert "world.region_outage = [1.0, 1.0, 10.0] is not allowed" in message
     load_config(CONF / "small_demo.yaml", ["world.outage_rate=0.3", "world.region_outage=[1,1,1]"])
+
+
+def _down_share(cfg: ExperimentConfig, envs: int, steps: int) -> np.ndarray:
+    """Share of node-time each region's nodes spend down, read from the observations' up
+    flags, over `envs` worlds spread over the ingress regions (shortest-queue dispatch)."""
+    sim = MultiCloudSim(cfg.world, cfg.reward, np.arange(envs) % cfg.world.regions)
+    obs, mask = sim.reset(np.arange(envs))
+    down, total = np.zeros(sim.num_actions), 0.0
+    for _ in range(steps):
+        start, up = sim.t.copy(), obs[:, sim.layout.up]
+        result = sim.step(np.where(mask, -obs[:, sim.layout.queue], -np.inf).argmax(axis=1))
+        down += ((1.0 - up) * (sim.t - start)[:, None]).sum(axis=0)
+        total += float((sim.t - start).sum())
+        obs, mask = result.obs, result.mask
+    return (down / total).reshape(sim.num_regions, -1).mean(axis=1)
+
+
+def test_frequent_outages_take_down_one_region_only() -> None:
+    """The nodes of the region at 10x spend several times more of their time down than
+    any region of either setting; the other two regions stay where small_demo has them."""
+    base = _down_share(load_config(CONF / "small_demo.yaml"), 60, 1000)
+    outages = _down_share(load_config(CONF / "noniid_outages.yaml"), 60, 1000)
+    assert outages[2] > 4 * max(base.max(), outages[:2].max())
+    assert outages[:2].max() < 2 * base.max()
+    assert outages[2] < 0.6  # frequent, but most of the region stays up
 
 
 def _rollout(cfg: ExperimentConfig, region_outage: list[float]) -> dict[str, np.ndarray]:
