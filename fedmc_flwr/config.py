@@ -95,6 +95,11 @@ class WorldConfig:
     """Multiplier of each region's price (empty: 1 everywhere)."""
     region_carbon: list[float] = field(default_factory=list)
     """Multiplier of each region's carbon intensity (empty: 1 everywhere)."""
+    region_outage: list[float] = field(default_factory=list)
+    """Multiplier of `outage_rate` for each region's nodes (empty: 1 everywhere): a node of
+    a region at 10 goes down 10 times as often as with one rate for the whole estate. The
+    chance per job that some node goes down becomes `outage_rate` times the mean multiplier,
+    which must stay below 1."""
 
 
 @dataclass
@@ -440,14 +445,23 @@ def _check_ranges(cfg: DictConfig, source: str) -> None:
 
 
 def _check_region_lists(cfg: DictConfig, source: str) -> None:
-    """A per-region list is empty or has one positive finite value per region."""
-    for key in ("region_load", "region_price", "region_carbon"):
+    """A per-region list is empty or has one positive finite value per region, and the
+    outage multipliers keep the chance per job of an outage a probability."""
+    for key in ("region_load", "region_price", "region_carbon", "region_outage"):
         values = list(cfg.world[key])
         if values and (len(values) != cfg.world.regions or not all(_positive(v) for v in values)):
             raise ConfigError(
                 f"{source}: world.{key} = {values} is not allowed; expected "
                 f"{cfg.world.regions} numbers > 0 (one per region) or []"
             )
+    outage = list(cfg.world.region_outage)
+    if outage and cfg.world.outage_rate * sum(outage) / len(outage) >= 1:
+        # The kernel draws one outage per job with this chance: above 1 it is no probability.
+        raise ConfigError(
+            f"{source}: world.region_outage = {outage} is not allowed; expected a mean below "
+            f"1 / world.outage_rate ({1 / cfg.world.outage_rate:.6g}), so that the chance per "
+            "job that some node goes down stays below 1"
+        )
 
 
 def _describe(exc: OmegaConfBaseException) -> str:

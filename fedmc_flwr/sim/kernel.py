@@ -41,10 +41,10 @@ from fedmc_flwr.sim import compile_cache
 # before the first @njit below: numba picks a function's cache locator when decorating it
 compile_cache.install()
 
-# rows of the [10, R] region parameter array
+# rows of the [11, R] region parameter array
 PRICE_MEAN, PRICE_SWING, CARBON_MEAN, CARBON_SWING, BG_MEAN, BG_SWING = 0, 1, 2, 3, 4, 5
-COS_PHASE, SIN_PHASE, ARRIVAL_RATE, BURSTINESS = 6, 7, 8, 9
-REGION_ROWS = 10
+COS_PHASE, SIN_PHASE, ARRIVAL_RATE, BURSTINESS, OUTAGE_WEIGHT = 6, 7, 8, 9, 10
+REGION_ROWS = 11
 
 # entries of the scalar parameter array
 (
@@ -309,8 +309,19 @@ def _advance(
     theta = 2.0 * math.pi * now / p[PERIOD]
     clock[b, 0] = math.sin(theta)
     clock[b, 1] = math.cos(theta)
-    if _uniform(rng, b) < p[OUTAGE_RATE]:
-        n = min(int(_uniform(rng, b) * n_nodes), n_nodes - 1)
+    if _uniform(rng, b) < p[OUTAGE_RATE]:  # some node goes down, by its region's weight
+        total = 0.0
+        for r in range(nregions):
+            total += reg[OUTAGE_WEIGHT, r] * per_region
+        # Inverse CDF over the nodes. With every weight 1 the partial sums are the integers,
+        # so the node is int(u * n_nodes): the same draw as an estate with one rate.
+        target = _uniform(rng, b) * total
+        n, acc = n_nodes - 1, 0.0
+        for m in range(n_nodes):
+            acc += reg[OUTAGE_WEIGHT, m // per_region]
+            if target < acc:
+                n = m
+                break
         duration = -p[OUTAGE_MEAN] * math.log(_uniform(rng, b))
         up = 0
         for m in range(n_nodes):

@@ -164,7 +164,10 @@ class WorldSpec:
     diurnal_period_s: float
     time_varying: bool
     outage_rate: float
+    """Chance per job that some node goes down, were every region's multiplier 1."""
     outage_mean_s: float
+    region_outage: np.ndarray
+    """[R] multiplier of the outage rate of each region's nodes."""
     cost_ref_usd: float
     """Mean cost of one job spread evenly over the estate: the cost normaliser."""
     carbon_ref_g: float
@@ -273,6 +276,7 @@ def build_spec(world: WorldConfig, reward: RewardWeights) -> WorldSpec:
         time_varying=world.time_varying,
         outage_rate=world.outage_rate,
         outage_mean_s=world.outage_mean_s,
+        region_outage=_skew(world.region_outage, world.regions),
         cost_ref_usd=float(job_cost.mean()),
         carbon_ref_g=float(max(job_carbon.mean(), 1e-12)),
         weights=np.array([reward.latency, reward.violations, reward.cost, reward.carbon]),

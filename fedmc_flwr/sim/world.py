@@ -169,13 +169,16 @@ def _pack_params(spec: WorldSpec) -> tuple[np.ndarray, np.ndarray]:
     reg[kernel.SIN_PHASE] = np.sin(spec.phase)
     reg[kernel.ARRIVAL_RATE] = spec.arrival_rate
     reg[kernel.BURSTINESS] = spec.burstiness
+    reg[kernel.OUTAGE_WEIGHT] = spec.region_outage
     p = np.zeros(kernel.SCALARS)
     p[kernel.MEAN_SERVICE] = spec.mean_service_s
     p[kernel.SLO] = spec.slo_s
     p[kernel.QUEUE_THRESHOLD] = spec.queue_threshold
     p[kernel.PARETO_ALPHA] = spec.pareto_alpha
     p[kernel.PERIOD] = spec.diurnal_period_s
-    p[kernel.OUTAGE_RATE] = spec.outage_rate
+    # Each node keeps its own rate, outage_rate / N times its region's multiplier: the
+    # kernel draws one outage per job with their sum, then the node by its region's weight.
+    p[kernel.OUTAGE_RATE] = spec.outage_rate * spec.region_outage.mean()
     p[kernel.OUTAGE_MEAN] = spec.outage_mean_s
     p[kernel.COST_REF] = spec.cost_ref_usd
     p[kernel.CARBON_REF] = spec.carbon_ref_g
