@@ -1,18 +1,21 @@
-"""`fedmc run`: one federated experiment through Flower's simulation engine, start to end.
+"""`fedmc run` and `fedmc deploy`: one federated experiment through Flower, start to end.
 
 `flwr run` alone is awkward to automate: the local SuperLink it starts outlives it, it
 installs the app's dependencies into a fresh environment on every run unless told not to,
 and its exit code is 0 even when the run failed. So this runner owns the whole lifecycle:
-a private Flower home (temporary), a SuperLink of its own on a free port started from the
-project root, runtime dependency installation, telemetry and update checks off, one
-virtual client per region with one CPU each, the run's log streamed to the terminal, the
-run's final status read from `flwr list` (only `finished:completed` is a success), and
-every process the SuperLink spawned (SuperExec, the simulation, Ray) stopped by PID at
-the end, on failure, on Ctrl-C and at the deadline alike.
+a private Flower home (temporary), the engine's processes started from the project root
+(a SuperLink of its own on a free port; for the deployment engine, its SuperNodes too:
+`federation.deployment`), runtime dependency installation, telemetry and update checks
+off, the run's log streamed to the terminal, the run's final status read from `flwr list`
+(only `finished:completed` is a success), and every process the engine started, and
+everything they spawned (SuperExec, the simulation, Ray, ClientApp processes), stopped by
+PID at the end, on failure, on Ctrl-C and at the deadline alike.
 
 Before Flower starts, it settles what to do with an experiment that already holds results
-(refuse, overwrite, or resume after the last completed round: `federation.resume`) and
-stops whatever a killed earlier run of the same experiment left running.
+(refuse, overwrite, or resume after the last completed round: `federation.resume`),
+stops whatever a killed earlier run of the same experiment left running, and loads or
+compiles the simulator's kernels once (`sim.compile_cache`), so that no client compiles
+them in round 1.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from fedmc_flwr.federation.superlink import (
 )
 from fedmc_flwr.plots import plot_metrics
 from fedmc_flwr.results import experiment_path, holds_results
+from fedmc_flwr.sim.compile_cache import warm_cache
 
 __all__ = ["RunError", "SimulationEngine", "run_federation"]
 
@@ -223,6 +227,7 @@ def run_federation(
     if settled is not None:
         return settled
     engine = engine or SimulationEngine(num_supernodes or cfg.world.regions)
+    warm_cache()  # compile once here, so that no client compiles in round 1
     root = project_root()
     processes = FlowerProcesses(out / REGISTRY)
     deadline = time.monotonic() + (cfg.federation.deadline_s or float("inf"))
