@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import stats
+from scipy.special import stdtrit
 
 from fedmc_flwr import seeds as seed_spaces
 from fedmc_flwr.config import ExperimentConfig
@@ -33,7 +33,7 @@ def ci95(per_seed: np.ndarray) -> float:
     if n < 2:
         return float("nan")
     sem = float(np.std(per_seed, ddof=1)) / np.sqrt(n)
-    return float(stats.t.ppf(0.975, n - 1) * sem)
+    return float(stdtrit(n - 1, 0.975) * sem)
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ def stratified_mean(per_region: Sequence[np.ndarray]) -> Estimate:
         return Estimate(float(means.mean()), float("nan"), n)
     variance = sum(np.var(a, ddof=1) / len(a) for a in arrays)
     dof = sum(len(a) - 1 for a in arrays)
-    half_width = stats.t.ppf(0.975, dof) * np.sqrt(variance) / len(arrays)
+    half_width = stdtrit(dof, 0.975) * np.sqrt(variance) / len(arrays)
     return Estimate(float(means.mean()), float(half_width), n)
 
 
@@ -129,10 +129,10 @@ def paired_over_seeds_and_worlds(diffs: Sequence[Sequence[np.ndarray]]) -> Estim
     per_world = [np.mean([run[r] for run in runs], axis=0) for r in range(len(runs[0]))]
     world = stratified_mean(per_world)
     world_dof = sum(len(w) - 1 for w in per_world)
-    world_var = (world.half_width / stats.t.ppf(0.975, world_dof)) ** 2
+    world_var = (world.half_width / stdtrit(world_dof, 0.975)) ** 2
     seed_var = np.var(per_seed, ddof=1) / len(per_seed)
     dof = min(len(per_seed) - 1, world_dof)
-    half_width = stats.t.ppf(0.975, dof) * np.sqrt(seed_var + world_var)
+    half_width = stdtrit(dof, 0.975) * np.sqrt(seed_var + world_var)
     return Estimate(float(per_seed.mean()), float(half_width), int(sum(map(len, per_world))))
 
 

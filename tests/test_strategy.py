@@ -17,7 +17,7 @@ from fedmc_flwr.federation.aggregation import (
     shrink,
     weighted_mean,
 )
-from fedmc_flwr.federation.strategy import policy_name
+from fedmc_flwr.federation.wire import policy_name
 from fedmc_flwr.policies.moments import Moments
 from fedmc_flwr.sim.world import METRIC_NAMES
 

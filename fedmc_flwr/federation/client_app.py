@@ -36,7 +36,7 @@ from omegaconf import OmegaConf
 from fedmc_flwr.config import ExperimentConfig
 from fedmc_flwr.evaluation import EvalResult, evaluate
 from fedmc_flwr.federation import faults, wire
-from fedmc_flwr.federation.strategy import policy_name
+from fedmc_flwr.federation.wire import policy_name
 from fedmc_flwr.policies.moments import MOMENT_ARRAYS
 from fedmc_flwr.policies.ppo import STATISTICS, PPOLearner
 from fedmc_flwr.seeds import learner_seed

@@ -55,14 +55,6 @@ class RoundFailed(RuntimeError):
     """Too few regions delivered in a round for the federation to go on."""
 
 
-def policy_name(federation: FederationConfig) -> str:
-    """The learner's name in metrics.csv, from what its federation does: `ppo-fedavg`,
-    `ppo-shrink` (server shrink), `ppo-fedprox` (client proximal term) or both."""
-    client = ["fedprox"] if federation.proximal_mu > 0 else []
-    server = ["shrink"] if federation.strategy == "shrink" else []
-    return "-".join(["ppo", *(client + server or ["fedavg"])])
-
-
 class RoundRecorder(Protocol):
     """Where a round's outcome goes (metrics.csv, timing.csv, checkpoints, progress)."""
 

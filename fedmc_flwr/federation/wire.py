@@ -14,10 +14,19 @@ from collections.abc import Mapping
 import numpy as np
 from flwr.common import Scalar
 
+from fedmc_flwr.config import FederationConfig
 from fedmc_flwr.evaluation import EvalResult
 from fedmc_flwr.sim.world import METRIC_NAMES
 
 REGIONS = "regions"
+
+
+def policy_name(federation: FederationConfig) -> str:
+    """The learner's name in metrics.csv, from what its federation does: `ppo-fedavg`,
+    `ppo-shrink` (server shrink), `ppo-fedprox` (client proximal term) or both."""
+    client = ["fedprox"] if federation.proximal_mu > 0 else []
+    server = ["shrink"] if federation.strategy == "shrink" else []
+    return "-".join(["ppo", *(client + server or ["fedavg"])])
 
 
 def regions_of(partition: int, num_partitions: int, num_regions: int) -> list[int]:
