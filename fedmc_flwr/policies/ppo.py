@@ -22,6 +22,7 @@ of numpy arrays, so it can be saved with `np.savez` and read back without pickle
 from __future__ import annotations
 
 import copy
+import functools
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -256,9 +257,6 @@ class PPOLearner:
             torch.manual_seed(torch_seed)
             self.model = ActorCritic(self.sim.obs_dim, self.sim.num_actions, cfg.ppo.hidden_size)
         self.params = list(self.model.parameters())
-        self.optimizer = torch.optim.Adam(
-            self.params, lr=cfg.ppo.learning_rate, eps=1e-5, foreach=False
-        )
         self.norm = RunningNorm(self.sim.obs_dim, standardised_features(self.sim.layout))
         self.return_norm = RunningNorm(1)
         self.discounted = np.zeros(cfg.ppo.num_envs)
@@ -269,6 +267,13 @@ class PPOLearner:
         offsets = np.arange(cfg.ppo.num_envs) * cfg.ppo.episode_steps // cfg.ppo.num_envs
         self.elapsed = offsets.astype(np.int64)
         self.global_step = 0
+
+    @functools.cached_property
+    def optimizer(self) -> torch.optim.Adam:
+        """Made on first use: building a torch optimizer imports torch._dynamo (about 3 s),
+        which a learner that only evaluates (a fresh process per message in Flower's
+        deployment engine) never needs."""
+        return torch.optim.Adam(self.params, lr=self.ppo.learning_rate, eps=1e-5, foreach=False)
 
     # --- weights that travel ----------------------------------------------------------
 
