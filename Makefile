@@ -89,6 +89,8 @@ bench: setup
 	$(BIN)/python bench/bench_ppo.py
 	$(BIN)/python bench/bench_federation.py
 	$(BIN)/python bench/bench_serving.py
+	$(BIN)/python bench/bench_engines.py
+	$(BIN)/python bench/bench_scaling.py
 
 clean:
 	rm -rf $(VENV) $(PLACEMENT_VENV) .pytest_cache .ruff_cache

@@ -37,25 +37,37 @@ from fedmc_flwr.federation.strategy import RegionUpdate, aggregate
 TARGET_RATIO = 1.3
 
 
-def federated_round_seconds(
-    config: Path, overrides: list[str], results: Path, command: tuple[str, ...] = ("run",)
-) -> list[float]:
-    """Per-round wall seconds of a `fedmc run` (or another `fedmc` `command` that runs an
-    experiment, e.g. `deploy`), its output kept out of the table."""
+def federated_phase_seconds(
+    config: Path,
+    overrides: list[str],
+    results: Path,
+    command: tuple[str, ...] = ("run",),
+    env: dict[str, str] | None = None,
+) -> dict[tuple[int, str], float]:
+    """(round, phase) -> wall seconds of the whole federation's `train` and `eval` phases
+    in a `fedmc run` (or another `fedmc` `command` that runs an experiment, e.g. `deploy`),
+    its output kept out of the table."""
     fedmc = Path(sys.executable).parent / "fedmc"
     sets = [arg for item in [*overrides, f"results_dir={results}"] for arg in ("--set", item)]
     done = subprocess.run(
-        [str(fedmc), *command, "--config", str(config), *sets], capture_output=True, text=True
+        [str(fedmc), *command, "--config", str(config), *sets],
+        capture_output=True,
+        text=True,
+        env=env,
     )
     if done.returncode != 0:
         raise RuntimeError(f"fedmc {command[0]} failed ({done.returncode}):\n{done.stderr[-3000:]}")
     cfg = load_config(config, [*overrides, f"results_dir={results}"])
     with (results / cfg.name / "timing.csv").open() as handle:
         rows = [r for r in csv.DictReader(handle) if r["client"] == "all"]
-    seconds = [0.0] * cfg.train.rounds
-    for row in rows:
-        seconds[int(row["round"]) - 1] += float(row["wall_time_s"])
-    return seconds
+    return {(int(r["round"]), r["phase"]): float(r["wall_time_s"]) for r in rows}
+
+
+def federated_round_seconds(config: Path, overrides: list[str], results: Path) -> list[float]:
+    """Per-round wall seconds (training plus evaluation) of a `fedmc run`."""
+    phases = federated_phase_seconds(config, overrides, results)
+    rounds = max(rnd for rnd, _ in phases)
+    return [phases[(r, "train")] + phases[(r, "eval")] for r in range(1, rounds + 1)]
 
 
 def local_round_seconds(cfg: ExperimentConfig, state_dir: Path) -> list[float]:
