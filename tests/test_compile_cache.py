@@ -85,8 +85,10 @@ def filled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     apps = [_copy_package(base / f"writer{i}", mtime=1_000_000_000 + i) for i in range(2)]
     with ThreadPoolExecutor(2) as pool:
         reports = list(pool.map(lambda app: _probe(app, cache, "all"), apps))
+    # Which writer compiles which kernel is a race (the later one may load what the
+    # earlier just saved); between them, each kernel was compiled at least once.
+    assert max(report["misses"] for report in reports) > 0
     for report in reports:
-        assert report["misses"] > 0 and report["hits"] == 0
         assert Path(report["cache_path"]).parent == cache
     assert reports[0]["total"] == reports[1]["total"]
     return cache, reports[0]
