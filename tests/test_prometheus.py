@@ -170,6 +170,10 @@ def test_exporter_and_adapter_through_a_real_prometheus(prometheus, cluster, tmp
         assert float(poll(adapter, "fedmc_steps_per_second", 1)[0]["value"][1]) == 2000.0
         rate = "sum by (region) (rate(cluster_jobs_total[3s]))"
         poll(adapter, rate, len(REGIONS))
+        # A rate over a window the series only partly covers is extrapolated short (seen:
+        # 0.55 of the true rate right after the first scrapes), so wait until every sample
+        # the hook's 4 s of 3 s rates reads is there.
+        poll(adapter, "count_over_time(cluster_jobs_total[8s]) >= 7", len(REGIONS))
     finally:
         exporter.stop()
     now = time.time()
