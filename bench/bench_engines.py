@@ -19,7 +19,6 @@ Prints a table, then one JSON line of the figures.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -27,23 +26,14 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from bench_federation import federated_phase_seconds
-
-from fedmc_flwr.config import load_config
+from bench_federation import federated_phase_seconds, round_bench_args
 
 GOAL_RATIO = 1.3
 COLD_GOAL = 1.5
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", type=Path, default=Path("conf/small_demo.yaml"))
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
-    if args.rounds < 2:
-        parser.error("--rounds must be at least 2 (round 1 carries the start-up)")
-    overrides = [f"train.rounds={args.rounds}", "name=bench_engines"]
-    cfg = load_config(args.config, overrides)
+    args, overrides, cfg = round_bench_args(__doc__.splitlines()[0], "bench_engines")
     with tempfile.TemporaryDirectory(prefix="bench-engines-") as tmp:
         phases = {}
         for engine, command in (("sim", ("run",)), ("deploy", ("deploy",))):

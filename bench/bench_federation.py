@@ -87,15 +87,23 @@ def local_round_seconds(cfg: ExperimentConfig, state_dir: Path) -> list[float]:
     return seconds
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def round_bench_args(
+    description: str, name: str
+) -> tuple[argparse.Namespace, list[str], ExperimentConfig]:
+    """`--config` and `--rounds` of a benchmark that compares rounds after the first; the
+    overrides that name its experiment, and the config they give."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--config", type=Path, default=Path("conf/small_demo.yaml"))
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     if args.rounds < 2:
         parser.error("--rounds must be at least 2 (round 1 carries the start-up)")
-    overrides = [f"train.rounds={args.rounds}", "name=bench_federation"]
-    cfg = load_config(args.config, overrides)
+    overrides = [f"train.rounds={args.rounds}", f"name={name}"]
+    return args, overrides, load_config(args.config, overrides)
+
+
+def main() -> None:
+    args, overrides, cfg = round_bench_args(__doc__.splitlines()[0], "bench_federation")
     with tempfile.TemporaryDirectory(prefix="bench-federation-") as tmp:
         federated = federated_round_seconds(args.config, overrides, Path(tmp) / "results")
         local = local_round_seconds(cfg, Path(tmp) / "local-state")
