@@ -85,8 +85,9 @@ def test_ctrl_c_stops_every_process_the_deployment_started(tmp_path: Path) -> No
 
 
 def test_an_unregistered_supernode_is_refused(tmp_path: Path) -> None:
-    """With `--enable-supernode-auth`, the registered key's node comes online and a node
-    with a key nobody registered exits without ever joining."""
+    """With `--enable-supernode-auth`, the registered key's node comes online, while a
+    node with a key nobody registered and a node with no key at all (which, without the
+    flag, registers itself and joins) exit without ever joining."""
     env = flower_env(tmp_path)
     processes = FlowerProcesses()
     try:
@@ -105,16 +106,19 @@ def test_an_unregistered_supernode_is_refused(tmp_path: Path) -> None:
         stranger = make_node_key(tmp_path / "keys", "stranger")
         flwr(["supernode", "register", str(known.public), CONNECTION], env, tmp_path)
         config = node_config(0, 1, tmp_path / "state")
-        refused = start_supernode(
-            processes,
-            env,
-            connection,
-            config,
-            tmp_path / "stranger",
-            tmp_path / "stranger.log",
-            stranger.private,
-            max_retries=1,
-        )
+        refused = {
+            name: start_supernode(
+                processes,
+                env,
+                connection,
+                config,
+                tmp_path / name,
+                tmp_path / f"{name}.log",
+                key,
+                max_retries=1,
+            )
+            for name, key in (("stranger", stranger.private), ("keyless", None))
+        }
         start_supernode(
             processes,
             env,
@@ -124,8 +128,9 @@ def test_an_unregistered_supernode_is_refused(tmp_path: Path) -> None:
             tmp_path / "known.log",
             known.private,
         )
-        assert refused.wait(timeout=120) != 0
-        assert "Failed to activate SuperNode" in (tmp_path / "stranger.log").read_text()
+        for name, node in refused.items():
+            assert node.wait(timeout=120) != 0, name
+            assert "Exit Code" in (tmp_path / f"{name}.log").read_text(), name
         deadline = time.monotonic() + 60
         while online_nodes(env, tmp_path) < 1 and time.monotonic() < deadline:
             time.sleep(0.5)
