@@ -21,6 +21,7 @@ them in round 1.
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -59,6 +60,20 @@ __all__ = ["RunError", "SimulationEngine", "run_federation"]
 POLL_S = 2.0
 REGISTRY = ".fedmc-run.json"
 """The run's process family, in its experiment directory while it runs."""
+
+
+def stage_app(root: Path, dest: Path) -> Path:
+    """Copy the Flower app (pyproject.toml and the package's sources) to `dest`.
+
+    `flwr run` builds its app bundle by walking and resolving every file under the app
+    directory before filtering, so from a checkout with its `.venv` inside (some 60,000
+    files) the build alone took 10 s of every run. The bundle needs only these files.
+    """
+    dest.mkdir(parents=True)
+    shutil.copy2(root / "pyproject.toml", dest / "pyproject.toml")
+    package = Path(__file__).resolve().parents[1]
+    shutil.copytree(package, dest / package.name, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
 
 
 def project_root() -> Path:
@@ -236,6 +251,7 @@ def run_federation(
         env = flower_env(home)
         try:
             engine.start(processes, env, home, root, out)
+            app = stage_app(root, home / "app-source")
             run_config = home / "run-config.toml"
             run_config.write_text(
                 f"config = {_toml_string(str(Path(config_path).resolve()))}\n"
@@ -249,7 +265,7 @@ def run_federation(
             started = flwr(
                 [
                     "run",
-                    str(root),
+                    str(app),
                     CONNECTION,
                     "--run-config",
                     str(run_config),
