@@ -43,6 +43,16 @@ def heldout_seeds(split: str, region: int, count: int) -> np.ndarray:
     return np.uint64(base) + np.arange(count, dtype=np.uint64)
 
 
+ARENA_SLOT = (1 << (_SPACE_SHIFT - _REGION_SHIFT)) - 1
+"""The region field of arena worlds' seeds: one that no region's index reaches."""
+
+
+def arena_seeds(split: str, count: int) -> np.ndarray:
+    """The `count` joint-arena worlds of `split` (`fedmc_flwr.arena`): held-out like a
+    region's, and disjoint from every region's."""
+    return heldout_seeds(split, ARENA_SLOT, count)
+
+
 def heldout_phases(count: int) -> np.ndarray:
     """Where in the day each of `count` held-out episodes starts (fraction of the day):
     the midpoints of `count` equal strata, so every part of the day is judged equally."""

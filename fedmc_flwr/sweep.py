@@ -15,7 +15,10 @@ so a sweep stopped early still has complete comparisons over the seeds it finish
 
 The summary (`summary.csv`, `summary.md`) pools the cells through `fedmc_flwr.report`:
 per policy, the mean and 95% CI over training seeds of every per-seed metric, and its
-paired difference against the baseline (training seeds and held-out worlds).
+paired difference against the baseline (training seeds and held-out worlds). The arena
+summary (`arena.csv`, `arena.md`) does the same for every trained policy and dispatcher
+in the joint arena (`fedmc_flwr.arena`: all regions' policies at once on one estate),
+beside each policy's level alone.
 """
 
 from __future__ import annotations
@@ -34,7 +37,13 @@ from omegaconf.errors import OmegaConfBaseException
 from tqdm import tqdm
 
 from fedmc_flwr.config import ConfigError, ExperimentConfig, load_config
-from fedmc_flwr.results import PER_SEED_FILE, PER_SEED_VALUES, read_per_seed
+from fedmc_flwr.results import (
+    PER_SEED_COLUMNS,
+    PER_SEED_FILE,
+    PER_SEED_VALUES,
+    MetricsWriter,
+    read_per_seed,
+)
 
 KINDS = ("federated", "centralised", "local")
 
@@ -283,6 +292,90 @@ def summarise_sweep(sweep: Sweep, baseline: str | None = None) -> tuple[Path, Pa
     return csv_path, md_path, curves_path
 
 
+def arena_frame(sweep: Sweep, seeds: list[int], progress: bool = True) -> pd.DataFrame:
+    """Every finished cell of `seeds` and every dispatcher in the joint arena
+    (`fedmc_flwr.arena`), in per_seed.csv's schema with a `source` column. Each cell's rows
+    are kept in its folder's arena.csv and the dispatchers' in `<sweep>/arena/`, so a
+    summary evaluates only what is new (a rerun cell loses its file with its folder)."""
+    from fedmc_flwr import arena
+
+    cells = [cell for cell in sweep.cells if cell.seed in seeds]
+    dispatchers = sweep.out_dir / "arena" / arena.ARENA_FILE
+    todo = [cell for cell in cells if not (cell.out_dir / arena.ARENA_FILE).is_file()]
+    todo_dispatchers = not dispatchers.is_file()
+    with tqdm(
+        total=len(todo) + todo_dispatchers, disable=not progress, file=sys.stderr, unit="run"
+    ) as bar:
+        for cell in todo:
+            bar.set_description(f"arena: {cell.label}")
+            last = read_per_seed(cell.out_dir / PER_SEED_FILE)
+            steps = int(last.loc[last["round"] == cell.cfg.train.rounds, "train_steps"].max())
+            rows = arena.learner_rows(cell.cfg, cell.out_dir, cell.kind, cell.variant, steps)
+            _write_rows(cell.out_dir / arena.ARENA_FILE, rows)
+            bar.update()
+        if todo_dispatchers:
+            bar.set_description("arena: dispatchers")
+            _write_rows(dispatchers, arena.dispatcher_rows(cells[0].cfg))
+            bar.update()
+    frames = [read_per_seed(dispatchers).assign(source=str(dispatchers.parent))]
+    frames += [
+        read_per_seed(cell.out_dir / arena.ARENA_FILE).assign(source=str(cell.out_dir))
+        for cell in cells
+    ]
+    return pd.concat(frames, ignore_index=True)
+
+
+def _write_rows(path: Path, rows: list[dict]) -> None:
+    """Write per_seed.csv-schema rows to `path` whole (a partial file never stays)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.unlink(missing_ok=True)
+    MetricsWriter(partial, columns=PER_SEED_COLUMNS).write(rows)
+    os.replace(partial, path)
+
+
+def summarise_arena(sweep: Sweep, seeds: list[int], baseline: str) -> tuple[Path, Path]:
+    """arena.csv and arena.md of the sweep: each policy in the joint arena, paired against
+    `baseline` there, and beside its level alone (summary.csv)."""
+    from fedmc_flwr.report import collect, format_markdown, summary_frame, summary_table
+
+    summary = summary_frame(collect(arena_frame(sweep, seeds)), baseline)
+    csv_path = sweep.out_dir / "arena.csv"
+    md_path = sweep.out_dir / "arena.md"
+    summary.to_csv(csv_path, index=False)
+    level, paired = summary_table(summary)
+    alone = pd.read_csv(sweep.out_dir / "summary.csv").set_index("policy")
+    side = [
+        ["policy", "reward alone", "reward in the arena", f"vs {baseline} alone", "in the arena"]
+    ]
+    for row in summary.to_dict("records"):
+        mine = alone.loc[row["policy"]]
+        side.append(
+            [
+                row["policy"],
+                f"{mine['reward']:.4f} ± {mine['reward_ci95']:.4f}",
+                f"{row['reward']:.4f} ± {row['reward_ci95']:.4f}",
+                "(baseline)"
+                if row["policy"] == baseline
+                else f"{mine['d_reward']:+.4f} ± {mine['d_reward_ci95']:.4f}",
+                "(baseline)"
+                if row["policy"] == baseline
+                else f"{row['d_reward']:+.4f} ± {row['d_reward_ci95']:.4f}",
+            ]
+        )
+    md_path.write_text(
+        f"Sweep `{sweep.name}` in the joint arena: every region's jobs arrive at one shared "
+        "estate at once, each routed by its own region's policy (`fedmc_flwr.arena`); "
+        f"training seeds {seeds}, learners at their last round, 95% CIs as in summary.md, "
+        "differences paired per arena world.\n\n"
+        f"Alone (summary.md, mean over regions) and in the arena, reward per job:\n\n"
+        f"{format_markdown(side)}\n\n"
+        f"In the arena:\n\n{format_markdown(level)}\n\n"
+        f"Paired difference against `{baseline}` in the arena:\n\n{format_markdown(paired)}\n"
+    )
+    return csv_path, md_path
+
+
 def main(config: Path, baseline: str | None, summary_only: bool) -> int:
     """`fedmc sweep`: run what is missing, then summarise; the exit code."""
     from fedmc_flwr.report import ReportError
@@ -296,10 +389,12 @@ def main(config: Path, baseline: str | None, summary_only: bool) -> int:
         return 1
     try:
         paths = summarise_sweep(sweep, baseline)
+        paths += summarise_arena(sweep, complete_seeds(sweep), baseline or sweep.baseline)
     except ReportError as exc:
         print(f"fedmc: sweep: {exc}", file=sys.stderr)
         return 2
     for path in paths:
         print(path)
     print((sweep.out_dir / "summary.md").read_text())
+    print((sweep.out_dir / "arena.md").read_text())
     return 0

@@ -8,7 +8,13 @@ import torch
 
 from fedmc_flwr.config import ExperimentConfig, PPOConfig, WorldConfig
 from fedmc_flwr.policies.moments import MOMENT_ARRAYS, Moments
-from fedmc_flwr.policies.ppo import STATISTICS, PPOLearner, gae, proximal_term
+from fedmc_flwr.policies.ppo import (
+    STATISTICS,
+    PPOLearner,
+    gae,
+    proximal_term,
+    weights_of_state,
+)
 from fedmc_flwr.sim.world import MultiCloudSim
 
 LOSS_KEYS = {"policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac"}
@@ -102,6 +108,17 @@ def test_save_load_resumes_bit_for_bit(tmp_path) -> None:
     np.testing.assert_array_equal(
         first.state()["adam.0.exp_avg"], resumed.state()["adam.0.exp_avg"]
     )
+
+
+def test_a_saved_states_weights_are_the_learners(tmp_path) -> None:
+    learner = PPOLearner(tiny_cfg(), [0, 1], seed=5)
+    learner.train_round(32)
+    learner.save(tmp_path / "learner.npz")
+    with np.load(tmp_path / "learner.npz") as state:
+        weights = weights_of_state(state)
+    for a, b in zip(learner.get_weights(), weights, strict=True):
+        np.testing.assert_array_equal(a, b)
+        assert a.dtype == b.dtype
 
 
 def test_load_state_rejects_a_mismatched_learner() -> None:

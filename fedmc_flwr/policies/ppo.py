@@ -24,7 +24,7 @@ from __future__ import annotations
 import copy
 import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -232,6 +232,19 @@ class GreedyPolicy:
             x = torch.from_numpy(self._norm(obs))
             logits = self._actor(x).masked_fill(~torch.from_numpy(mask), MASKED_LOGIT)
             return logits.argmax(dim=1).numpy().astype(np.int64)
+
+
+def weights_of_state(state: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """`PPOLearner.get_weights`' arrays from a saved learner state (`PPOLearner.save`):
+    what a policy needs to act, without the training state (optimizer, worlds), whose
+    layout may have changed since it was saved."""
+    params = sorted((k for k in state if k.startswith("param.")), key=lambda k: int(k[6:]))
+    moments = [
+        state[f"{prefix}.total.{key}"]
+        for prefix in ("norm", "return_norm")
+        for key in ("count", "mean", "var")
+    ]
+    return [np.asarray(state[key], dtype=np.float32) for key in params] + moments
 
 
 def _torch_seed(seed: int) -> int:

@@ -68,8 +68,9 @@ REGION_ROWS = 11
     BURST_EXIT,
     QUEUE_CAPACITY,
     WARMUP_JOBS,
-) = range(20)
-SCALARS = 20
+    JOINT,
+) = range(21)
+SCALARS = 21
 
 # columns of the per-step metrics array
 LATENCY_MS, SLO_VIOLATION, COST_USD, CARBON_G, ENERGY_KWH = range(5)
@@ -255,6 +256,26 @@ def _shortest_expected_delay(b, mask, ingress, size, clock, backlog, statics):
 
 
 @njit(cache=True, inline="always")
+def _arrival_rate(reg, p, burst, b, r, s, c):
+    """Region r's arrival rate (jobs/s) in env b now: its mean, its burst state, its day."""
+    share = p[BURST_SHARE]
+    depth = reg[BURSTINESS, r]
+    mult = 1.0 + depth if burst[b, r] == 1 else 1.0 - depth * share / (1.0 - share)
+    return reg[ARRIVAL_RATE, r] * mult * (1.0 + p[ARRIVAL_SWING] * _local_day(reg, r, s, c))
+
+
+@njit(cache=True, inline="always")
+def _step_burst(rng, b, burst, r, p):
+    """Move region r's burst chain in env b by one of its arrivals (one uniform)."""
+    share = p[BURST_SHARE]
+    if burst[b, r] == 1:
+        if _uniform(rng, b) < p[BURST_EXIT]:
+            burst[b, r] = 0
+    elif _uniform(rng, b) < p[BURST_EXIT] * share / (1.0 - share):
+        burst[b, r] = 1
+
+
+@njit(cache=True, inline="always")
 def _advance(
     b,
     t,
@@ -273,23 +294,36 @@ def _advance(
     reg,
     p,
 ):
-    """Draw the next arrival and move env b's clock, queues and outages up to it."""
-    i = ingress[b]
-    share = p[BURST_SHARE]
-    depth = reg[BURSTINESS, i]
-    if burst[b] == 1:
-        if _uniform(rng, b) < p[BURST_EXIT]:
-            burst[b] = 0
-    elif _uniform(rng, b) < p[BURST_EXIT] * share / (1.0 - share):
-        burst[b] = 1
-    mult = 1.0 + depth if burst[b] == 1 else 1.0 - depth * share / (1.0 - share)
+    """Draw the next arrival and move env b's clock, queues and outages up to it.
+
+    One ingress: the job is that region's. Joint (`p[JOINT]`): every region's workload
+    arrives at once, superposed, and the job is region r's with probability r's share of
+    the total rate; `ingress[b]` becomes that region. A region's burst chain moves at each
+    of its own arrivals in either case.
+    """
     s, c = clock[b, 0], clock[b, 1]
-    rate = reg[ARRIVAL_RATE, i] * mult * (1.0 + p[ARRIVAL_SWING] * _local_day(reg, i, s, c))
-    dt = -math.log(_uniform(rng, b)) / rate
+    nregions = reg.shape[1]
+    if p[JOINT] > 0.0:
+        total = 0.0
+        for r in range(nregions):
+            total += _arrival_rate(reg, p, burst, b, r, s, c)
+        dt = -math.log(_uniform(rng, b)) / total
+        target = _uniform(rng, b) * total
+        i, acc = nregions - 1, 0.0
+        for r in range(nregions):
+            acc += _arrival_rate(reg, p, burst, b, r, s, c)
+            if target < acc:
+                i = r
+                break
+        ingress[b] = i
+        _step_burst(rng, b, burst, i, p)
+    else:
+        i = ingress[b]
+        _step_burst(rng, b, burst, i, p)
+        dt = -math.log(_uniform(rng, b)) / _arrival_rate(reg, p, burst, b, i, s, c)
     now = t[b] + dt
     t[b] = now
     n_nodes = backlog.shape[1]
-    nregions = reg.shape[1]
     per_region = n_nodes // nregions
     capacity = ring.shape[2]
     for r in range(nregions):  # nodes are numbered region by region
@@ -376,7 +410,7 @@ def reset_kernel(
         next_done[b, :] = np.inf
         count[b, :] = 0
         down_until[b, :] = 0.0
-        burst[b] = 0
+        burst[b, :] = 0
         for w in range(warmup + 1):
             if w > 0:  # dispatch the waiting job by shortest expected delay, unscored
                 n = _shortest_expected_delay(b, mask, ingress, size, clock, backlog, statics)

@@ -45,6 +45,13 @@ Offered load. Each ingress region's mean arrival rate times the mean service tim
 the estate's mean spare capacity (after other tenants), is its offered load; the busiest
 region's is exactly `world.load`, the others' lower (bursts and the daily cycle average 1).
 
+Joint arena (`joint=True`). Every region's workload arrives at the same estate at once:
+the arrival processes are superposed and each job belongs to the region it arrived at
+(`ingress[b]` is updated per job, and so is the observation's ingress one-hot), which is
+what a deployment of one policy per region meets. Each region's rate is scaled by the same
+factor, so that together they offer the estate `world.load`, what the busiest region
+offers alone; at their own rates the regions would overload it (small_demo's sum to 1.81).
+
 Approximations.
 
 - Time-varying speed. Other tenants' load changes a node's effective speed through the
@@ -157,7 +164,7 @@ class StepResult:
     """[B] bool: no live node had room, so the job was refused (see the module docstring)."""
 
 
-def _pack_params(spec: WorldSpec) -> tuple[np.ndarray, np.ndarray]:
+def _pack_params(spec: WorldSpec, joint: bool) -> tuple[np.ndarray, np.ndarray]:
     reg = np.zeros((kernel.REGION_ROWS, spec.num_regions))
     reg[kernel.PRICE_MEAN] = spec.price_mean
     reg[kernel.PRICE_SWING] = spec.price_swing
@@ -167,7 +174,11 @@ def _pack_params(spec: WorldSpec) -> tuple[np.ndarray, np.ndarray]:
     reg[kernel.BG_SWING] = spec.background_swing
     reg[kernel.COS_PHASE] = np.cos(spec.phase)
     reg[kernel.SIN_PHASE] = np.sin(spec.phase)
-    reg[kernel.ARRIVAL_RATE] = spec.arrival_rate
+    # Joint: the regions' workloads shrink in proportion until together they offer what
+    # the busiest offers alone (`world.load`); at their own rates they would overload the
+    # estate (small_demo's three sum to 1.81).
+    share = spec.arrival_rate.max() / spec.arrival_rate.sum() if joint else 1.0
+    reg[kernel.ARRIVAL_RATE] = spec.arrival_rate * share
     reg[kernel.BURSTINESS] = spec.burstiness
     reg[kernel.OUTAGE_WEIGHT] = spec.region_outage
     p = np.zeros(kernel.SCALARS)
@@ -190,6 +201,7 @@ def _pack_params(spec: WorldSpec) -> tuple[np.ndarray, np.ndarray]:
     p[kernel.BURST_EXIT] = BURST_EXIT
     p[kernel.QUEUE_CAPACITY] = spec.queue_capacity
     p[kernel.WARMUP_JOBS] = spec.warmup_jobs
+    p[kernel.JOINT] = 1.0 if joint else 0.0
     return reg, p
 
 
@@ -198,6 +210,9 @@ class MultiCloudSim:
 
     `ingress[b]` is the region whose workload env b serves: a federated client passes its
     own region for every env; a centralised learner may mix regions in one batch.
+    `joint=True` makes every env a joint arena (see the module docstring): all regions'
+    workloads arrive at once, `ingress` only fills the array that then holds, per env,
+    the region of the job now waiting, read it to know whose job it is.
     `threads` is how many threads one step may use: 1 by default, because learners and
     Flower clients already keep every core busy; large batches (about 1000 envs and more)
     gain from more, small ones lose to the cost of starting the threads.
@@ -209,12 +224,13 @@ class MultiCloudSim:
         reward: RewardWeights,
         ingress: Sequence[int] | np.ndarray,
         threads: int = 1,
+        joint: bool = False,
     ) -> None:
         if not 1 <= threads <= numba.config.NUMBA_NUM_THREADS:
             raise ValueError(f"threads must lie in [1, {numba.config.NUMBA_NUM_THREADS}]")
         self.threads = threads
         self.spec = build_spec(world, reward)
-        ingress = np.asarray(ingress, dtype=np.int64)
+        ingress = np.array(ingress, dtype=np.int64)  # a copy: the joint kernel writes it
         if ingress.ndim != 1 or len(ingress) == 0:
             raise ValueError("ingress must be a non-empty 1-D sequence of region indices")
         if ingress.min() < 0 or ingress.max() >= self.spec.num_regions:
@@ -225,7 +241,8 @@ class MultiCloudSim:
         self.num_actions = self.spec.num_nodes
         self.layout = ObsLayout(self.num_actions, self.num_regions)
         self.obs_dim = self.layout.size
-        reg, p = _pack_params(self.spec)
+        self.joint = joint
+        reg, p = _pack_params(self.spec, joint)
         self._statics = (
             self.spec.speed,
             self.spec.power_w,
@@ -246,7 +263,7 @@ class MultiCloudSim:
         self.count = np.zeros((b, n), dtype=np.int64)
         self.down_until = np.zeros((b, n))
         self.rng = np.zeros(b, dtype=np.uint64)
-        self.burst = np.zeros(b, dtype=np.int64)
+        self.burst = np.zeros((b, self.num_regions), dtype=np.int64)
         self.size = np.zeros(b)
         self.ingress = ingress
         self.obs = np.zeros((b, self.obs_dim), dtype=np.float32)
