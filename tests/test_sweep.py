@@ -157,6 +157,15 @@ def test_shipped_sweeps_load() -> None:
         ("centralised", 0),
         ("centralised", 1),
     }
+    ablations = [load_sweep(path) for path in (REPO / "conf" / "sweeps").glob("fedprox_*.yaml")]
+    assert {sweep.experiment.name for sweep in ablations} == {
+        f"noniid_{name}.yaml"
+        for name in ("balanced", "busy_region", "skewed_prices_carbon", "outages")
+    }
+    for sweep in ablations:
+        assert sweep.baseline == "ppo-fedavg" and len({c.seed for c in sweep.cells}) == 3
+        forms = {(c.cfg.federation.strategy, c.cfg.federation.proximal_mu) for c in sweep.cells}
+        assert forms == {("fedavg", 0.0), ("shrink", 0.0), ("fedavg", 0.01)}
 
 
 def test_sweep_plots_as_png_and_svg_with_units(swept: Path, tmp_path: Path, capsys) -> None:
