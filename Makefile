@@ -41,29 +41,21 @@ train: setup
 plots: setup
 	$(BIN)/fedmc plot results/small_demo/metrics.csv
 
-# The README's learning results: each federated variant through Flower and both references
-# without federation (centralised, local-only; same env steps), once per training seed,
-# then every policy paired against two-tier and SED on the test seeds.
-SEEDS ?= 0 1 2 3 4
-VARIANTS ?= small_demo ablation_shrink ablation_fedprox ablation_fedprox_shrink
-RUNS := $(foreach s,$(SEEDS),$(foreach v,$(VARIANTS),results/$(v)-s$(s)) \
-	results/small_demo-s$(s)-centralised results/small_demo-s$(s)-local)
+# The README's expected results: every learner of small_demo over training seeds 0-4
+# (conf/sweeps/default.yaml), then FedAvg against both forms of FedProx on each non-IID
+# setting (conf/sweeps/fedprox_*.yaml, 3 seeds each). Finished cells are skipped, so an
+# interrupted `make results` continues; `make report` summarises without running anything.
+SWEEPS ?= default fedprox_balanced fedprox_busy_region fedprox_skewed_prices_carbon \
+	fedprox_outages
 
 results: setup
-	for s in $(SEEDS); do \
-	  for v in $(VARIANTS); do \
-	    $(BIN)/fedmc run --config conf/$$v.yaml --set seed=$$s --set name=$$v-s$$s \
-	      --resume || exit 1; \
-	  done; \
-	  for m in centralised local; do \
-	    $(BIN)/fedmc train --config conf/small_demo.yaml --mode $$m --overwrite \
-	      --set seed=$$s --set name=small_demo-s$$s || exit 1; \
-	  done; \
-	done
-	$(MAKE) report
+	for s in $(SWEEPS); do $(BIN)/fedmc sweep --config conf/sweeps/$$s.yaml || exit 1; done
+	$(BIN)/fedmc plot results/sweeps/default
 
 report: setup
-	$(BIN)/fedmc report $(RUNS) --baseline two-tier --baseline sed --markdown
+	for s in $(SWEEPS); do \
+	  $(BIN)/fedmc sweep --config conf/sweeps/$$s.yaml --summary-only || exit 1; \
+	done
 
 lint: setup
 	$(BIN)/ruff check .
