@@ -88,6 +88,9 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--config", required=True, type=Path, help="sweep YAML (conf/sweeps/)")
     sweep.add_argument("--baseline", default=None, help="pair against this policy instead")
     sweep.add_argument("--summary-only", action="store_true", help="summarise, run nothing")
+    sweep.add_argument(
+        "--jobs", type=int, default=1, help="cells run at once, each in its own process"
+    )
     plot = sub.add_parser("plot", help="draw the plots of a metrics.csv or a sweep folder")
     plot.add_argument(
         "metrics", type=Path, help="path to a metrics.csv, or a sweep folder (summary.csv)"
@@ -194,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "sweep":
             from fedmc_flwr.sweep import main as sweep_main
 
-            return sweep_main(args.config, args.baseline, args.summary_only)
+            return sweep_main(args.config, args.baseline, args.summary_only, args.jobs)
         elif args.command == "plot":
             from fedmc_flwr.plots import plot_metrics
             from fedmc_flwr.sweep_plots import plot_sweep

@@ -94,6 +94,17 @@ def test_finished_cells_are_skipped_and_one_rerun_cell_is_identical(swept: Path)
     assert summary.read_bytes() == before_summary
 
 
+def test_cells_run_two_at_once_give_the_same_results(swept: Path, tmp_path: Path) -> None:
+    sweep = load_sweep(write_sweep(tmp_path))
+    assert len(run_sweep(sweep, progress=False, jobs=2)) == 4
+    for mine, reference in zip(sweep.cells, load_sweep(swept).cells, strict=True):
+        assert mine.out_dir != reference.out_dir
+        expected = (reference.out_dir / "per_seed.csv").read_bytes()
+        assert (mine.out_dir / "per_seed.csv").read_bytes() == expected
+        log = sweep.out_dir / "logs" / f"{mine.out_dir.name}.log"
+        assert "held-out reward" in log.read_text()
+
+
 def test_a_half_written_cell_is_run_again(swept: Path) -> None:
     sweep = load_sweep(swept)
     cell = sweep.cells[1]
@@ -143,6 +154,8 @@ def test_cli_summary_only_and_an_unknown_baseline(swept: Path, capsys) -> None:
     assert "| ppo-centralised | 2 |" in capsys.readouterr().out
     assert main(["sweep", "--config", str(swept), "--summary-only", "--baseline", "nope"]) == 2
     assert "unknown baseline 'nope'" in capsys.readouterr().err
+    assert main(["sweep", "--config", str(swept), "--jobs", "0"]) == 2
+    assert capsys.readouterr().err.strip().endswith("expected 1 or more cells at once")
 
 
 def test_shipped_sweeps_load() -> None:
