@@ -6,7 +6,7 @@ own jobs at the same time, and they all compete for the same nodes. The arena is
 world (`MultiCloudSim(joint=True)`): the regions' workloads superposed, each job routed by
 the policy of the region it entered at (the federated global policy, each region's
 local-only policy, the one centralised policy, or a dispatcher for all), with the estate
-as a whole offered `world.load`, as each policy met it in training.
+as a whole offered `world.load`: what the busiest region alone offered it in training.
 
 Arena worlds have seeds of their own (`seeds.arena_seeds`), the same for every policy and
 training seed, so the arena's per-world values pair like the held-out ones. Each world is
