@@ -69,18 +69,24 @@ def test_each_region_keeps_its_learner_on_its_own_node(deployed: Path) -> None:
 
 
 def test_ctrl_c_stops_every_process_the_deployment_started(tmp_path: Path) -> None:
-    """SIGINT once both SuperNodes are up: exit 130 and nothing left running."""
+    """SIGINT once both SuperNodes are up and the run is under way: exit 130 and nothing
+    left running. `fedmc: run <id>` is printed only after every SuperNode is online and
+    the run was submitted (a SuperNode's own log may reach its file later than that)."""
     command = [sys.executable, "-m", "fedmc_flwr.cli", "deploy", "--config", str(TINY)]
     command += ["--set", f"results_dir={tmp_path}"]
-    logs = [tmp_path / "tiny_federation" / "nodes" / f"node-{k}.log" for k in (0, 1)]
-    with tempfile.TemporaryDirectory(dir="/tmp") as private:
-        deploy = subprocess.Popen(command, env={**os.environ, "TMPDIR": private})
+    output = tmp_path / "deploy.out"
+    with tempfile.TemporaryDirectory(dir="/tmp") as private, output.open("w") as sink:
+        deploy = subprocess.Popen(
+            command, env={**os.environ, "TMPDIR": private}, stdout=sink, stderr=subprocess.STDOUT
+        )
         deadline = time.monotonic() + 300
-        while not all(log.exists() and "SuperNode ID" in log.read_text() for log in logs):
+        while "fedmc: run " not in output.read_text():
             assert deploy.poll() is None and time.monotonic() < deadline
             time.sleep(0.2)
         deploy.send_signal(signal.SIGINT)
         assert deploy.wait(timeout=120) == 130
+        assert "fedmc: interrupted" in output.read_text()
+        assert "held-out evaluation" not in output.read_text()  # it did not run to the end
         assert processes_with_env(f"TMPDIR={private}") == []
 
 
