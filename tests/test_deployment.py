@@ -77,7 +77,13 @@ def test_ctrl_c_stops_every_process_the_deployment_started(tmp_path: Path) -> No
     output = tmp_path / "deploy.out"
     with tempfile.TemporaryDirectory(dir="/tmp") as private, output.open("w") as sink:
         deploy = subprocess.Popen(
-            command, env={**os.environ, "TMPDIR": private}, stdout=sink, stderr=subprocess.STDOUT
+            command,
+            env={**os.environ, "TMPDIR": private},
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            # a shell's background job (CI's, say) starts with SIGINT ignored, and a
+            # child inherits that: give this one the terminal's Ctrl-C
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         deadline = time.monotonic() + 300
         while "fedmc: run " not in output.read_text():
