@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from fedmc_flwr.config import ExperimentConfig
+from fedmc_flwr.evaluation import rollout
 from fedmc_flwr.policies.base import Policy
 from fedmc_flwr.seeds import arena_seeds, heldout_phases
 from fedmc_flwr.sim.signals import region_catalogue
@@ -32,7 +33,6 @@ CLIENT = "arena"
 """The `client` of every arena row: the whole estate is one stratum."""
 ARENA_FILE = "arena.csv"
 """A run's arena rows, in per_seed.csv's schema, beside its per_seed.csv."""
-LATENCY = METRIC_NAMES.index("latency_ms")
 
 
 def _act(
@@ -73,16 +73,10 @@ def evaluate_arena(
     policies = list(make_policies(sim))
     if len(policies) != sim.num_regions:
         raise ValueError(f"{name}: {len(policies)} policies for {sim.num_regions} regions")
-    obs, mask = sim.reset(seeds, phases=phases)
-    reward_sum = np.zeros(count)
-    metric_sum = np.zeros((count, len(METRIC_NAMES)))
-    latencies = np.empty((steps, count))
-    for k in range(steps):
-        result = sim.step(_act(policies, sim.ingress, obs, mask))
-        reward_sum += result.reward
-        metric_sum += result.metrics
-        latencies[k] = result.metrics[:, LATENCY]
-        obs, mask = result.obs, result.mask
+    sim.reset(seeds, phases=phases)
+    reward_sum, metric_sum, latencies = rollout(
+        sim, lambda obs, mask: _act(policies, sim.ingress, obs, mask), steps
+    )
     p95 = np.percentile(latencies, 95, axis=0)
     return [
         {

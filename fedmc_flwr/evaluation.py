@@ -8,7 +8,7 @@ the spread behind each confidence interval.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -224,6 +224,24 @@ def per_seed_rows(
     ]
 
 
+def rollout(
+    sim: MultiCloudSim, act: Callable[[np.ndarray, np.ndarray], np.ndarray], steps: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`steps` jobs of a freshly reset `sim`, each dispatched by `act(obs, mask)`: every
+    world's reward sum [B], metric sums [B, M] and each job's latency [steps, B]."""
+    obs, mask = sim.obs, sim.mask
+    reward_sum = np.zeros(sim.num_envs)
+    metric_sum = np.zeros((sim.num_envs, len(METRIC_NAMES)))
+    latencies = np.empty((steps, sim.num_envs))
+    for k in range(steps):
+        result = sim.step(act(obs, mask))
+        reward_sum += result.reward
+        metric_sum += result.metrics
+        latencies[k] = result.metrics[:, LATENCY]
+        obs, mask = result.obs, result.mask
+    return reward_sum, metric_sum, latencies
+
+
 def evaluate(
     make_policy: PolicyFactory, cfg: ExperimentConfig, region: int, steps: int | None = None
 ) -> EvalResult:
@@ -234,17 +252,8 @@ def evaluate(
     phases = seed_spaces.heldout_phases(len(seeds))
     sim = MultiCloudSim(cfg.world, cfg.reward, np.full(len(seeds), region))
     policy = make_policy(sim)
-    obs, mask = sim.reset(seeds, phases=phases)
-    reward_sum = np.zeros(len(seeds))
-    metric_sum = np.zeros((len(seeds), len(METRIC_NAMES)))
-    latencies = np.empty((steps, len(seeds)))
-    for k in range(steps):
-        actions = policy.act(obs, mask)
-        result = sim.step(actions)
-        reward_sum += result.reward
-        metric_sum += result.metrics
-        latencies[k] = result.metrics[:, LATENCY]
-        obs, mask = result.obs, result.mask
+    sim.reset(seeds, phases=phases)
+    reward_sum, metric_sum, latencies = rollout(sim, policy.act, steps)
     per_seed = metric_sum / steps
     return EvalResult(
         policy=policy.name,
