@@ -440,16 +440,20 @@ class PPOLearner:
     def _update(
         self, rollout: dict[str, torch.Tensor], anchor: list[torch.Tensor], proximal_mu: float
     ) -> tuple[dict[str, float], int]:
-        """PPO epochs over one rollout; returns summed diagnostics and the update count."""
+        """PPO epochs over one rollout; returns summed diagnostics and the update count.
+
+        Each epoch gathers the rollout once in its shuffled order and slices minibatches
+        from it (views, no copy): the same minibatches as gathering each one by its
+        indices, with one gather per array and epoch instead of one per minibatch."""
         size = rollout["actions"].shape[0]
         minibatch = max(1, size // self.ppo.num_minibatches)
         sums = {name: 0.0 for name in LOSS_METRICS}
         count = 0
         for _ in range(self.ppo.update_epochs):
             order = torch.randperm(size, generator=self.generator)
+            shuffled = {key: value[order] for key, value in rollout.items()}
             for lo in range(0, size - minibatch + 1, minibatch):
-                idx = order[lo : lo + minibatch]
-                batch = {key: value[idx] for key, value in rollout.items()}
+                batch = {key: value[lo : lo + minibatch] for key, value in shuffled.items()}
                 loss, stats = ppo_loss(self.model, batch, self.ppo)
                 if proximal_mu > 0:
                     loss = loss + proximal_term(self.params, anchor, proximal_mu)
