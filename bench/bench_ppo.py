@@ -1,12 +1,14 @@
 """Training frames per second of our PPO learner against Stable-Baselines3 PPO.
 
-Both train on the same world, in the same process, with the same settings: `--envs`
+All train on the same world, in the same process, with the same settings: `--envs`
 parallel worlds, the config's rollout length, minibatch size, epochs and hidden width (two
 tanh layers for actor and critic), observation and reward normalisation, and the same
-pinned torch thread count. Our learner steps the batched `MultiCloudSim` directly; SB3
-steps the Gymnasium env `fedmc/MultiCloud-v0` (a batch-of-one view of the same world) in
-its `DummyVecEnv`, wrapped in `VecNormalize`. Each is warmed up with one rollout and update,
-then timed over `--rollouts` rollouts and updates; a frame is one env step.
+pinned torch thread count. Ours runs once per network kind (`ppo.policy`: the flat MLP,
+which SB3's MlpPolicy matches, and the node scorer). Our learner steps the batched
+`MultiCloudSim` directly; SB3 steps the Gymnasium env `fedmc/MultiCloud-v0` (a
+batch-of-one view of the same world) in its `DummyVecEnv`, wrapped in `VecNormalize`. Each
+is warmed up with one rollout and update, then timed over `--rollouts` rollouts and
+updates; a frame is one env step.
 
 Prints a table, then one JSON line of the figures.
 
@@ -20,6 +22,7 @@ import json
 import os
 import platform
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import gymnasium as gym
@@ -29,15 +32,17 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecNormalize
 
 from fedmc_flwr.config import ExperimentConfig, load_config
+from fedmc_flwr.policies.networks import KINDS
 from fedmc_flwr.policies.ppo import PPOLearner
 from fedmc_flwr.sim import ENV_ID
 
-TARGET_FRAMES_PER_S = 40_000
+TARGET_FRAMES_PER_S = 60_000
 TARGET_RATIO = 5.0
 
 
-def ours_frames_per_second(cfg: ExperimentConfig, rollouts: int) -> float:
+def ours_frames_per_second(cfg: ExperimentConfig, rollouts: int, kind: str) -> float:
     """Frames per second of PPOLearner.train_round over `rollouts` rollouts and updates."""
+    cfg = replace(cfg, ppo=replace(cfg.ppo, policy=kind))
     learner = PPOLearner(cfg, list(range(cfg.world.regions)), cfg.seed)
     learner.train_round(cfg.ppo.rollout_steps)  # warm-up
     start = time.perf_counter()
@@ -94,7 +99,8 @@ def main() -> None:
     threads = cfg.ppo.torch_threads
     torch.set_num_threads(threads)
 
-    ours = ours_frames_per_second(cfg, args.rollouts)
+    kinds = {kind: ours_frames_per_second(cfg, args.rollouts, kind) for kind in KINDS}
+    ours = kinds["mlp"]
     sb3 = sb3_frames_per_second(cfg, args.config.resolve(), args.rollouts)
     ratio = ours / sb3
     ppo = cfg.ppo
@@ -105,10 +111,11 @@ def main() -> None:
     )
     print(f"PPO training frames/s on {cfg.name} ({settings}); load {os.getloadavg()[0]:.2f}")
     print(f"{'learner':<22}{'frames/s':>12}")
-    print(f"{'fedmc PPOLearner':<22}{ours:>12,.0f}")
+    for kind, rate in kinds.items():
+        print(f"{f'fedmc PPO {kind}':<22}{rate:>12,.0f}")
     print(f"{'stable-baselines3 PPO':<22}{sb3:>12,.0f}")
     print(
-        f"ratio {ratio:.1f}x (target >= {TARGET_RATIO:.0f}x); ours target >= "
+        f"mlp / SB3 {ratio:.1f}x (target >= {TARGET_RATIO:.0f}x); ours target >= "
         f"{TARGET_FRAMES_PER_S:,} frames/s"
     )
     print(
@@ -123,6 +130,7 @@ def main() -> None:
                 "hidden": ppo.hidden_size,
                 "torch_threads": threads,
                 "ours_frames_per_s": round(ours, 1),
+                "ours_node_scorer_frames_per_s": round(kinds["node-scorer"], 1),
                 "sb3_frames_per_s": round(sb3, 1),
                 "ratio": round(ratio, 2),
                 "load_avg_1min": round(os.getloadavg()[0], 2),

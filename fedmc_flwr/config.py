@@ -138,6 +138,10 @@ class PPOConfig:
     """Jobs per training episode; then the world restarts from a new seed (value bootstraps)."""
     torch_threads: int = 1
     """torch intra-op threads per learner (pinned: default threads give severe outliers)."""
+    policy: str = "mlp"
+    """Network kind: 'mlp' (flat MLPs over the whole estate, one estate shape) or
+    'node-scorer' (a shared per-node encoder and pooled estate context; its parameters do
+    not depend on the estate's size)."""
 
 
 @dataclass
@@ -306,6 +310,7 @@ _RANGES: dict[str, _Check] = {
     "ppo.hidden_size": (_positive, "an integer > 0"),
     "ppo.episode_steps": (_positive, "an integer > 0"),
     "ppo.torch_threads": (_positive, "an integer > 0"),
+    "ppo.policy": (lambda v: v in ("mlp", "node-scorer"), "'mlp' or 'node-scorer'"),
     "train.rounds": (_positive, "an integer > 0"),
     "train.steps_per_round": (_positive, "an integer > 0"),
     "federation.strategy": (

@@ -1,13 +1,15 @@
 """`fedmc export`: a trained policy as one ONNX file that serves without torch.
 
 The file holds the greedy policy exactly as `GreedyPolicy` acts: the observation
-normaliser (in float64, as `normalise` computes it, so the network sees bit-identical
-inputs), the actor MLP, the action mask (masked logits set to `MASKED_LOGIT`) and the
-argmax. Inputs: `obs` [B, obs_dim] float32 and `mask` [B, A] bool; outputs: `action` [B]
-int64 and `logits` [B, A] float32. The graph is written node by node from the torch
-module's own layers, so nothing traces Python code and no exporter version can change it.
-The estate's shape and region names travel as metadata, for the hooks that map an action
-back to a region and node.
+normaliser (in float64, with the very shift and scale `ObservationNorm.affine` computes, so
+the network sees bit-identical inputs), the actor of either network kind (`ppo.policy`),
+the action mask (masked logits set to `MASKED_LOGIT`) and the argmax. Inputs: `obs`
+[B, obs_dim] float32 and `mask` [B, A] bool; outputs: `action` [B] int64 and `logits`
+[B, A] float32. The graph is written node by node from the torch module's own layers, so
+nothing traces Python code and no exporter version can change it. The estate's shape and
+region names travel as metadata, for the hooks that map an action back to a region and
+node. A node-scorer's weights fit any estate, so its checkpoint exports for whichever
+estate the config names.
 """
 
 from __future__ import annotations
@@ -23,14 +25,16 @@ from torch import nn
 
 from fedmc_flwr.config import ExperimentConfig, load_config
 from fedmc_flwr.policies.moments import MOMENT_ARRAYS, Moments
-from fedmc_flwr.policies.ppo import (
+from fedmc_flwr.policies.networks import (
     MASKED_LOGIT,
-    OBS_CLIP,
     ActorCritic,
-    standardised_features,
+    FlatMLP,
+    NodeScorer,
+    build_network,
 )
+from fedmc_flwr.policies.normalisers import OBS_CLIP, ObservationNorm
+from fedmc_flwr.sim.layout import GLOBAL_WIDTH, NODE_WIDTH, ObsLayout
 from fedmc_flwr.sim.signals import build_spec
-from fedmc_flwr.sim.world import ObsLayout
 
 OPSET = 17
 """ONNX opset of the exported graph (onnxruntime has served it since 1.12)."""
@@ -56,67 +60,114 @@ def checkpoint_config(checkpoint: Path) -> Path:
     return checkpoint.resolve().parent.parent / "config.yaml"
 
 
-def _actor_nodes(actor: nn.Sequential, x: str) -> tuple[list, list, str]:
-    """Gemm/Tanh nodes and initialisers of the actor MLP applied to tensor `x`."""
-    nodes, inits = [], []
-    for k, layer in enumerate(actor):
-        out = f"h{k}"
-        if isinstance(layer, nn.Linear):
-            w = layer.weight.detach().numpy().astype(np.float32)
-            b = layer.bias.detach().numpy().astype(np.float32)
-            inits += [numpy_helper.from_array(w, f"W{k}"), numpy_helper.from_array(b, f"b{k}")]
-            nodes.append(helper.make_node("Gemm", [x, f"W{k}", f"b{k}"], [out], transB=1))
-        elif isinstance(layer, nn.Tanh):
-            nodes.append(helper.make_node("Tanh", [x], [out]))
-        else:
-            raise ExportError(f"cannot export actor layer {type(layer).__name__}")
-        x = out
-    return nodes, inits, x
+class _Graph:
+    """The nodes and initialisers of a graph under construction, with unique names."""
+
+    def __init__(self) -> None:
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+
+    def const(self, name: str, value: np.ndarray) -> str:
+        self.inits.append(numpy_helper.from_array(value, name))
+        return name
+
+    def op(self, kind: str, inputs: list[str], out: str, **attrs: object) -> str:
+        self.nodes.append(helper.make_node(kind, inputs, [out], **attrs))
+        return out
+
+    def dense(self, stack: nn.Sequential, x: str, prefix: str) -> str:
+        """A stack of Linear and Tanh layers on `x` (any leading dimensions)."""
+        for k, layer in enumerate(stack):
+            out = f"{prefix}{k}"
+            if isinstance(layer, nn.Linear):
+                w = layer.weight.detach().numpy().astype(np.float32).T.copy()
+                b = layer.bias.detach().numpy().astype(np.float32)
+                product = self.op("MatMul", [x, self.const(f"{prefix}W{k}", w)], f"{out}mm")
+                x = self.op("Add", [product, self.const(f"{prefix}b{k}", b)], out)
+            elif isinstance(layer, nn.Tanh):
+                x = self.op("Tanh", [x], out)
+            else:
+                raise ExportError(f"cannot export layer {type(layer).__name__}")
+        return x
+
+
+def _scorer_logits(graph: _Graph, scorer: NodeScorer, x: str, num_nodes: int) -> str:
+    """`NodeScorer.logits` on `x`: node rows beside the globals, encoder, mean context,
+    head, one logit per node."""
+    flat = num_nodes * NODE_WIDTH
+    i64 = np.int64
+    graph.op(
+        "Slice",
+        [
+            x,
+            graph.const("node_lo", np.array([0], i64)),
+            graph.const("node_hi", np.array([flat], i64)),
+            graph.const("axis1", np.array([1], i64)),
+        ],
+        "node_flat",
+    )
+    rows = graph.op(
+        "Reshape",
+        ["node_flat", graph.const("rows_shape", np.array([-1, num_nodes, NODE_WIDTH], i64))],
+        "node_rows",
+    )
+    graph.op(
+        "Slice",
+        [x, "node_hi", graph.const("glob_hi", np.array([flat + GLOBAL_WIDTH], i64)), "axis1"],
+        "globals",
+    )
+    graph.op("Unsqueeze", ["globals", "axis1"], "globals1")
+    spread = graph.const("spread", np.array([1, num_nodes, 1], i64))
+    graph.op("Expand", ["globals1", spread], "globals_n")
+    graph.op("Concat", [rows, "globals_n"], "scorer_in", axis=2)
+    embedding = graph.dense(scorer.actor_encoder, "scorer_in", "enc")
+    graph.op("ReduceMean", [embedding], "context1", axes=[1], keepdims=1)
+    graph.op("Expand", ["context1", spread], "context")
+    graph.op("Concat", [embedding, "context"], "head_in", axis=2)
+    scores = graph.dense(scorer.actor_head, "head_in", "head")
+    return graph.op("Squeeze", [scores, graph.const("axis2", np.array([2], i64))], "raw")
 
 
 def policy_graph(
-    actor: nn.Sequential, moments: Moments, columns: np.ndarray, metadata: dict[str, str]
+    network: ActorCritic,
+    norm: ObservationNorm,
+    layout: ObsLayout,
+    metadata: dict[str, str],
 ) -> onnx.ModelProto:
     """The greedy masked policy as an ONNX model (see the module docstring)."""
-    obs_dim = len(columns)
-    num_actions = actor[-1].out_features
-    shift = np.where(columns, moments.mean, 0.0).astype(np.float64)
-    scale = np.where(columns, 1.0 / np.sqrt(moments.var + 1e-8), 1.0).astype(np.float64)
-    inits = [
-        numpy_helper.from_array(shift, "shift"),
-        numpy_helper.from_array(scale, "scale"),
-        numpy_helper.from_array(np.array(-OBS_CLIP, dtype=np.float64), "lo"),
-        numpy_helper.from_array(np.array(OBS_CLIP, dtype=np.float64), "hi"),
-        numpy_helper.from_array(np.array(MASKED_LOGIT, dtype=np.float32), "masked"),
-    ]
-    nodes = [
-        helper.make_node("Cast", ["obs"], ["obs64"], to=TensorProto.DOUBLE),
-        helper.make_node("Sub", ["obs64", "shift"], ["centred"]),
-        helper.make_node("Mul", ["centred", "scale"], ["scaled"]),
-        helper.make_node("Clip", ["scaled", "lo", "hi"], ["clipped"]),
-        helper.make_node("Cast", ["clipped"], ["x"], to=TensorProto.FLOAT),
-    ]
-    mlp, weights, raw = _actor_nodes(actor, "x")
-    nodes += [
-        *mlp,
-        helper.make_node("Where", ["mask", raw, "masked"], ["logits"]),
-        helper.make_node("ArgMax", ["logits"], ["action"], axis=1, keepdims=0),
-    ]
-    graph = helper.make_graph(
-        nodes,
+    shift, scale = norm.affine(layout.num_nodes)
+    graph = _Graph()
+    graph.op("Cast", ["obs"], "obs64", to=TensorProto.DOUBLE)
+    graph.op("Sub", ["obs64", graph.const("shift", shift.astype(np.float64))], "centred")
+    graph.op("Mul", ["centred", graph.const("scale", scale.astype(np.float64))], "scaled")
+    lo = graph.const("lo", np.array(-OBS_CLIP, dtype=np.float64))
+    hi = graph.const("hi", np.array(OBS_CLIP, dtype=np.float64))
+    graph.op("Clip", ["scaled", lo, hi], "clipped")
+    graph.op("Cast", ["clipped"], "x", to=TensorProto.FLOAT)
+    if isinstance(network, FlatMLP):
+        raw = graph.dense(network.actor, "x", "mlp")
+    elif isinstance(network, NodeScorer):
+        raw = _scorer_logits(graph, network, "x", layout.num_nodes)
+    else:
+        raise ExportError(f"cannot export network {type(network).__name__}")
+    masked = graph.const("masked", np.array(MASKED_LOGIT, dtype=np.float32))
+    graph.op("Where", ["mask", raw, masked], "logits")
+    graph.op("ArgMax", ["logits"], "action", axis=1, keepdims=0)
+    body = helper.make_graph(
+        graph.nodes,
         "fedmc_greedy_policy",
         [
-            helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", obs_dim]),
-            helper.make_tensor_value_info("mask", TensorProto.BOOL, ["batch", num_actions]),
+            helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", layout.size]),
+            helper.make_tensor_value_info("mask", TensorProto.BOOL, ["batch", layout.num_nodes]),
         ],
         [
             helper.make_tensor_value_info("action", TensorProto.INT64, ["batch"]),
-            helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", num_actions]),
+            helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", layout.num_nodes]),
         ],
-        inits + weights,
+        graph.inits,
     )
     model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="fedmc-flwr"
+        body, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="fedmc-flwr"
     )
     model.ir_version = 8  # the newest IR every supported onnxruntime reads
     helper.set_model_props(model, metadata)
@@ -124,38 +175,44 @@ def policy_graph(
     return model
 
 
-def load_actor(cfg: ExperimentConfig, weights: list[np.ndarray]) -> tuple[nn.Sequential, Moments]:
-    """The actor and observation moments of a weight list laid out as `get_weights`."""
+def load_network(
+    cfg: ExperimentConfig, weights: list[np.ndarray]
+) -> tuple[ActorCritic, ObservationNorm]:
+    """The network and observation normaliser of a weight list laid out as `get_weights`,
+    for the estate and network kind `cfg` names."""
     spec = build_spec(cfg.world, cfg.reward)
     layout = ObsLayout(spec.num_nodes, spec.num_regions)
-    model = ActorCritic(layout.size, spec.num_nodes, cfg.ppo.hidden_size)
-    params = list(model.parameters())
+    network = build_network(cfg.ppo.policy, layout.size, spec.num_nodes, cfg.ppo.hidden_size)
+    params = list(network.parameters())
     expected = len(params) + 2 * MOMENT_ARRAYS
     if len(weights) != expected:
-        raise ExportError(f"checkpoint has {len(weights)} arrays, the config's network {expected}")
+        raise ExportError(
+            f"checkpoint has {len(weights)} arrays, the config's {cfg.ppo.policy} {expected}"
+        )
     with torch.no_grad():
         for k, (p, w) in enumerate(zip(params, weights, strict=False)):
             if tuple(np.shape(w)) != tuple(p.shape):
                 raise ExportError(
                     f"checkpoint array w{k:03d} has shape {np.shape(w)}, "
-                    f"the config's network {tuple(p.shape)}"
+                    f"the config's {cfg.ppo.policy} {tuple(p.shape)}"
                 )
             p.copy_(torch.from_numpy(np.asarray(w, dtype=np.float32)))
-    stats = weights[len(params) : len(params) + MOMENT_ARRAYS]
-    return model.actor.requires_grad_(False), Moments.from_arrays(stats)
+    norm = ObservationNorm()
+    norm.start_from(Moments.from_arrays(weights[len(params) : len(params) + MOMENT_ARRAYS]))
+    return network.requires_grad_(False), norm
 
 
 def export_policy(cfg: ExperimentConfig, weights: list[np.ndarray], out: Path) -> Path:
     """Write the greedy policy of `weights` under `cfg`'s estate to `out`."""
-    actor, moments = load_actor(cfg, weights)
+    network, norm = load_network(cfg, weights)
     spec = build_spec(cfg.world, cfg.reward)
-    columns = standardised_features(ObsLayout(spec.num_nodes, spec.num_regions))
     metadata = {
         "experiment": cfg.name,
+        "policy": cfg.ppo.policy,
         "regions": json.dumps(spec.region_names),
         "nodes_per_region": str(spec.nodes_per_region),
     }
-    model = policy_graph(actor, moments, columns, metadata)
+    model = policy_graph(network, norm, ObsLayout(spec.num_nodes, spec.num_regions), metadata)
     out.parent.mkdir(parents=True, exist_ok=True)
     onnx.save_model(model, out)
     return out

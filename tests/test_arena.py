@@ -29,7 +29,7 @@ def rollout(sim: MultiCloudSim, seeds: np.ndarray, steps: int) -> tuple[np.ndarr
     ingress, rewards = np.empty((steps, len(seeds)), np.int64), np.empty((steps, len(seeds)))
     for k in range(steps):
         ingress[k] = sim.ingress
-        assert (obs[:, sim.layout.ingress].argmax(axis=1) == sim.ingress).all()
+        assert (obs[:, sim.layout.region("local")].argmax(axis=1) == sim.ingress).all()
         result = sim.step(mask.argmax(axis=1))
         rewards[k] = result.reward
         obs, mask = result.obs, result.mask
@@ -75,7 +75,7 @@ class Recorder:
         self.seen: list[np.ndarray] = []
 
     def act(self, obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        self.seen.append(obs[:, self.layout.ingress].argmax(axis=1))
+        self.seen.append(obs[:, self.layout.region("local")].argmax(axis=1))
         return mask.argmax(axis=1)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,22 +15,28 @@ from fedmc_flwr.cli import main
 from fedmc_flwr.config import ExperimentConfig, PPOConfig, WorldConfig, to_yaml
 from fedmc_flwr.export import ExportError, export_checkpoint
 from fedmc_flwr.federation.recorder import checkpoint
-from fedmc_flwr.policies.ppo import MASKED_LOGIT, PPOLearner
+from fedmc_flwr.policies.networks import KINDS, MASKED_LOGIT
+from fedmc_flwr.policies.ppo import PPOLearner
 from fedmc_flwr.serving import OnnxPolicy
+from fedmc_flwr.sim.layout import ObsLayout
 from fedmc_flwr.sim.world import MultiCloudSim
 
 ENVS, STEPS = 50, 200  # 10,000 observations
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[PPOLearner, Path]:
-    """A briefly trained learner and its global weights as a federated run checkpoints
-    them, next to the run's config.yaml."""
+@pytest.fixture(scope="module", params=KINDS)
+def trained(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[PPOLearner, Path]:
+    """A briefly trained learner of each network kind and its global weights as a
+    federated run checkpoints them, next to the run's config.yaml."""
     torch.set_num_threads(1)
     cfg = ExperimentConfig(
         name="export-test",
         world=WorldConfig(regions=3, nodes_per_region=4),
-        ppo=PPOConfig(num_envs=8, rollout_steps=32, num_minibatches=2, update_epochs=2),
+        ppo=PPOConfig(
+            num_envs=8, rollout_steps=32, num_minibatches=2, update_epochs=2, policy=request.param
+        ),
     )
     learner = PPOLearner(cfg, [0, 1, 2], seed=5)
     learner.train_round(96)
@@ -40,9 +47,13 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[PPOLearner, Path]
     return learner, path
 
 
-def world_observations(learner: PPOLearner) -> tuple[np.ndarray, np.ndarray]:
-    """ENVS x STEPS observations and masks of the world, dispatched by the torch policy."""
-    sim = MultiCloudSim(learner.cfg.world, learner.cfg.reward, np.arange(ENVS) % 3)
+def world_observations(
+    learner: PPOLearner, world: WorldConfig | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """ENVS x STEPS observations and masks of `world` (the learner's own by default),
+    dispatched by the torch policy."""
+    world = world or learner.cfg.world
+    sim = MultiCloudSim(world, learner.cfg.reward, np.arange(ENVS) % world.regions)
     obs, mask = sim.reset(np.arange(ENVS, dtype=np.uint64) + 1000)
     policy = learner.policy()
     seen_obs, seen_mask = [], []
@@ -75,7 +86,7 @@ def test_serving_never_imports_torch(trained, tmp_path) -> None:
         "import sys, numpy as np\n"
         "from fedmc_flwr.serving import OnnxPolicy\n"
         f"p = OnnxPolicy({str(out)!r})\n"
-        "obs = np.zeros((2, 4 * 3 * 2 + 4 * 3 + 2), np.float32)\n"
+        f"obs = np.zeros((2, {ObsLayout(12).size}), np.float32)\n"
         "print(p.act(obs, np.ones((2, 12), bool)))\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )
@@ -83,11 +94,21 @@ def test_serving_never_imports_torch(trained, tmp_path) -> None:
     assert done.returncode == 0, done.stderr
 
 
-def test_export_refuses_a_checkpoint_of_another_estate(trained, tmp_path) -> None:
+def test_an_mlp_export_refuses_another_estate_a_node_scorer_serves_it(trained, tmp_path) -> None:
+    """The flat MLP's shapes are its estate's; the node scorer's weights fit any estate,
+    and its export there acts as its torch copy does."""
+    learner, ckpt = trained
     other = tmp_path / "other.yaml"
-    other.write_text("world:\n  regions: 2\n")
-    with pytest.raises(ExportError, match="shape"):
-        export_checkpoint(trained[1], tmp_path / "p.onnx", config=other)
+    world = WorldConfig(regions=2, nodes_per_region=5)
+    other.write_text(to_yaml(replace(learner.cfg, world=world)))
+    if learner.cfg.ppo.policy == "mlp":
+        with pytest.raises(ExportError, match="shape"):
+            export_checkpoint(ckpt, tmp_path / "p.onnx", config=other)
+        return
+    served = OnnxPolicy(export_checkpoint(ckpt, tmp_path / "p.onnx", config=other))
+    obs, mask = world_observations(learner, world)
+    assert obs.shape[1] == ObsLayout(10).size
+    np.testing.assert_array_equal(served.act(obs, mask), learner.policy().act(obs, mask))
 
 
 def test_cli_export_writes_the_file_and_fails_in_one_line(trained, tmp_path, capsys) -> None:

@@ -91,7 +91,8 @@ def test_vector_env_k_matches_the_single_env_seeded_s_plus_k(small_demo: Experim
     for k, env in enumerate(singles):
         np.testing.assert_array_equal(env.reset(seed=10 + k)[0], obs[k])
     for _ in range(50):
-        actions = np.where(info["action_mask"], obs[:, :18], np.inf).argmin(axis=1)
+        queue = obs[:, envs.sim.layout.node("queue")]
+        actions = np.where(info["action_mask"], queue, np.inf).argmin(axis=1)
         obs, reward, _, _, info = envs.step(actions)
         for k, env in enumerate(singles):
             single_obs, single_reward, *_ = env.step(actions[k])
@@ -115,7 +116,7 @@ def test_vector_env_autoresets_on_the_step_after_truncation(
     seeds = generator.integers(2**63, size=2, dtype=np.uint64)
     fresh, _ = MultiCloudSim(small_demo.world, small_demo.reward, [0, 0]).reset(seeds)
     np.testing.assert_array_equal(obs, fresh)
-    assert obs[:, :18].sum() > 0
+    assert obs[:, envs.sim.layout.node("queue")].sum() > 0
     flags = [envs.step(actions)[3].tolist() for _ in range(3)]
     assert flags == [[False, False], [False, False], [True, True]]
 

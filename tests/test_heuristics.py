@@ -86,9 +86,10 @@ def test_round_robin_cycles_over_valid_nodes_weighted_by_speed(
 
 def test_jsq_and_power_of_two_join_shorter_queues(small_demo: ExperimentConfig) -> None:
     sim, obs, mask = _fresh(small_demo, envs=2000)
-    obs[:, sim.layout.queue] = 5.0
-    obs[:, 7] = 2.0
-    obs[:, 11] = 2.0
+    queue = sim.layout.node("queue")
+    obs[:, queue] = 5.0
+    obs[:, queue.start + 7 * queue.step] = 2.0
+    obs[:, queue.start + 11 * queue.step] = 2.0
     jsq = DISPATCHERS["jsq"](sim).act(obs, mask)
     assert set(jsq.tolist()) == {7, 11}  # both tied minima are used
     only_two = np.zeros_like(mask)
@@ -104,8 +105,9 @@ def test_two_tier_uses_mean_queue_of_live_nodes_then_shortest_node(
 ) -> None:
     sim, obs, mask = _fresh(small_demo)
     queue = [0, 9, 9, 9, 9, 9, 4, 4, 4, 4, 4, 1, 0, 4, 4, 4, 4, 4]  # region by region
-    obs[0, sim.layout.queue] = queue
-    obs[0, sim.layout.up.start + 12] = 0.0  # down: region 2's live mean is 4, not 3.33
+    obs[0, sim.layout.node("queue")] = queue
+    up = sim.layout.node("up")
+    obs[0, up.start + 12 * up.step] = 0.0  # down: region 2's live mean is 4, not 3.33
     mask[0, 12] = False
     assert TwoTierPolicy(sim).act(obs, mask)[0] == 11  # region 1 (mean 3.5), its shortest
 
@@ -113,10 +115,10 @@ def test_two_tier_uses_mean_queue_of_live_nodes_then_shortest_node(
 def _expected_delay(sim: MultiCloudSim, obs: np.ndarray, node: int) -> float:
     """SED's definition, one node at a time."""
     region = node // sim.nodes_per_region
-    ingress = int(np.argmax(obs[sim.layout.ingress]))
-    background = obs[sim.layout.background][region]
+    ingress = int(np.argmax(obs[sim.layout.node("local")])) // sim.nodes_per_region
+    background = obs[sim.layout.node("background")][node]
     rate = sim.spec.speed[node] * (1.0 - background)
-    queue = obs[sim.layout.queue][node]
+    queue = obs[sim.layout.node("queue")][node]
     return sim.spec.rtt_s[ingress, region] + (queue + 1) * sim.spec.mean_service_s / rate
 
 
@@ -128,6 +130,9 @@ def test_sed_minimises_expected_delay(small_demo: ExperimentConfig, rollout) -> 
     for b, action in enumerate(actions):
         delays = [_expected_delay(sim, obs[b], n) for n in np.flatnonzero(mask[b])]
         assert _expected_delay(sim, obs[b], action) == pytest.approx(min(delays))
+        observed = obs[b, sim.layout.node("expected_delay")]  # the feature a learner reads
+        every = [_expected_delay(sim, obs[b], n) for n in range(sim.num_actions)]
+        np.testing.assert_allclose(observed, every, rtol=1e-5)
 
 
 def test_greedy_regions_prefer_cheap_or_green_regions_that_meet_the_slo(
@@ -139,19 +144,23 @@ def test_greedy_regions_prefer_cheap_or_green_regions_that_meet_the_slo(
     def region_of(name: str, view: np.ndarray) -> int:
         return int(DISPATCHERS[name](sim).act(view, mask)[0]) // per_region
 
-    carbon = obs[0, sim.layout.carbon]
+    carbon = obs[0, sim.layout.node("carbon")][::per_region]  # one node per region
     assert region_of("greenest-region", obs) == int(np.argmin(carbon))
     cheap = obs.copy()
-    cheap[0, sim.layout.price.start + 1] *= 0.1
+    price = sim.layout.node("price")
+    region_one = slice(price.start + per_region * price.step, None, price.step)
+    cheap[0, region_one][:per_region] *= 0.1
     assert region_of("cheapest-region", cheap) == 1
     # the greenest region cannot meet the SLO (queues at the threshold): the next one wins
     busy = obs.copy()
     greenest = int(np.argmin(carbon))
-    busy[0, greenest * per_region : (greenest + 1) * per_region] = sim.spec.queue_threshold
+    busy[0, sim.layout.node("queue")][greenest * per_region : (greenest + 1) * per_region] = (
+        sim.spec.queue_threshold
+    )
     assert region_of("greenest-region", busy) == int(np.argsort(carbon)[1])
     # no region can: plain shortest expected delay
     jammed = obs.copy()
-    jammed[0, sim.layout.queue] = sim.spec.queue_threshold + np.arange(sim.num_actions) % 3
+    jammed[0, sim.layout.node("queue")] = sim.spec.queue_threshold + np.arange(sim.num_actions) % 3
     best = min(_expected_delay(sim, jammed[0], n) for n in range(sim.num_actions))
     for name in ("cheapest-region", "greenest-region"):
         action = DISPATCHERS[name](sim).act(jammed, mask)[0]

@@ -78,8 +78,8 @@ def _down_share(cfg: ExperimentConfig, envs: int, steps: int) -> np.ndarray:
     obs, mask = sim.reset(np.arange(envs))
     down, total = np.zeros(sim.num_actions), 0.0
     for _ in range(steps):
-        start, up = sim.t.copy(), obs[:, sim.layout.up]
-        result = sim.step(np.where(mask, -obs[:, sim.layout.queue], -np.inf).argmax(axis=1))
+        start, up = sim.t.copy(), obs[:, sim.layout.node("up")]
+        result = sim.step(np.where(mask, -obs[:, sim.layout.node("queue")], -np.inf).argmax(axis=1))
         down += ((1.0 - up) * (sim.t - start)[:, None]).sum(axis=0)
         total += float((sim.t - start).sum())
         obs, mask = result.obs, result.mask
@@ -107,12 +107,12 @@ def _rollout(cfg: ExperimentConfig, region_outage: list[float]) -> dict[str, np.
     for _ in range(1000):
         seen["obs"].append(obs)
         seen["mask"].append(mask)
-        result = sim.step(np.where(mask, -obs[:, sim.layout.queue], -np.inf).argmax(axis=1))
+        result = sim.step(np.where(mask, -obs[:, sim.layout.node("queue")], -np.inf).argmax(axis=1))
         obs, mask = result.obs, result.mask
         seen["reward"].append(result.reward)
         seen["metrics"].append(result.metrics)
     out = {name: np.array(arrays) for name, arrays in seen.items()}
-    out["down"] = (out["obs"][:, :, sim.layout.up] == 0).sum(axis=(0, 1))
+    out["down"] = (out["obs"][:, :, sim.layout.node("up")] == 0).sum(axis=(0, 1))
     return out
 
 

@@ -15,6 +15,7 @@ from fedmc_flwr.policies.ppo import (
     proximal_term,
     weights_of_state,
 )
+from fedmc_flwr.sim.layout import GLOBAL_WIDTH, NODE_WIDTH
 from fedmc_flwr.sim.world import MultiCloudSim
 
 LOSS_KEYS = {"policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac"}
@@ -53,7 +54,8 @@ def test_weights_round_trip_and_layout() -> None:
     assert len(stats) == MOMENT_ARRAYS * len(STATISTICS)
     assert all(w.dtype == np.float64 for w in stats)
     observation, returns = stats[:MOMENT_ARRAYS], stats[MOMENT_ARRAYS:]
-    assert observation[0].shape == (1,) and observation[1].shape == (learner.sim.obs_dim,)
+    per_feature = (NODE_WIDTH + GLOBAL_WIDTH,)  # pooled over nodes: any estate, one size
+    assert observation[0].shape == (1,) and observation[1].shape == per_feature
     assert returns[1].shape == (1,)
     other = PPOLearner(tiny_cfg(), [0, 1], seed=2)
     other.set_weights(weights)
@@ -229,17 +231,18 @@ def test_an_update_carries_only_the_moments_seen_since_the_global_ones() -> None
     fresh = Moments.from_arrays(learner.get_update()[len(learner.params) :][:MOMENT_ARRAYS])
     total = Moments.from_arrays(learner.get_weights()[len(learner.params) :][:MOMENT_ARRAYS])
     before = Moments.from_arrays(pooled[len(learner.params) :][:MOMENT_ARRAYS])
-    assert fresh.count == 16 * learner.sim.num_envs
+    assert fresh.count == 16 * learner.sim.num_envs * learner.sim.num_actions  # node rows
     assert total.count == before.count + fresh.count
     np.testing.assert_allclose(before.merge(fresh).var, total.var, rtol=1e-9)
 
 
 def test_flags_one_hot_and_clock_are_not_standardised() -> None:
-    """A feature constant inside a region (its ingress flag) must reach the network as is."""
+    """A feature constant inside a region (a local flag) must reach the network as is."""
     learner = PPOLearner(tiny_cfg(), [1], seed=0)
     learner.train_round(16)
     layout = learner.sim.layout
     x = learner.norm(learner.obs)
-    for raw in (layout.up, layout.ingress, layout.clock):
+    for raw in (layout.node("up"), layout.node("local"), layout.globals_span):
         np.testing.assert_array_equal(x[:, raw], learner.obs[:, raw])
-    assert not np.allclose(x[:, layout.queue], learner.obs[:, layout.queue])
+    queue = layout.node("queue")
+    assert not np.allclose(x[:, queue], learner.obs[:, queue])

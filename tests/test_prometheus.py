@@ -195,7 +195,9 @@ def test_exporter_and_adapter_through_a_real_prometheus(prometheus, cluster, tmp
     sim.reset(np.arange(3, dtype=np.uint64))
     sim.replay_signals(arrival_rate=rates, carbon=last)
     obs = sim.step(np.zeros(3, dtype=np.int64)).obs
-    np.testing.assert_allclose(obs[:, sim.layout.carbon], np.tile(last, (3, 1)), rtol=1e-6)
+    np.testing.assert_allclose(
+        obs[:, sim.layout.region("carbon")], np.tile(last, (3, 1)), rtol=1e-6
+    )
 
 
 def test_exporter_follows_a_growing_metrics_csv(tmp_path) -> None:

@@ -19,7 +19,7 @@ def sim() -> MultiCloudSim:
 def test_replayed_carbon_is_observed_and_nan_keeps_the_worlds_own() -> None:
     world = sim()
     world.replay_signals(carbon=np.array([100.0, np.nan, 0.0]))
-    carbon = world.step(np.zeros(3, dtype=np.int64)).obs[:, world.layout.carbon]
+    carbon = world.step(np.zeros(3, dtype=np.int64)).obs[:, world.layout.region("carbon")]
     np.testing.assert_allclose(carbon[:, 0], 100.0, rtol=1e-6)
     np.testing.assert_allclose(carbon[:, 2], 0.0)
     # The daily cycle is off for a replayed signal, so the kept mean is observed as is.

@@ -70,5 +70,7 @@ def test_the_median_survives_a_scaled_update_that_ruins_the_mean(tmp_path: Path)
         f"held-out reward: clean {clean:.4f}, median attacked {robust:.4f}, "
         f"mean attacked {damaged:.4f}"
     )
-    assert abs(robust - clean) <= 0.05 * abs(clean), (clean, robust)
+    # Surviving means losing nothing that matters: the median of three regions may even
+    # land on a better model than their mean, so only a loss is bounded.
+    assert robust >= clean - 0.05 * abs(clean), (clean, robust)
     assert damaged < clean - 0.25 * abs(clean), (clean, damaged)

@@ -2,9 +2,11 @@
 
 Every dispatcher acts on a whole batch at once (numpy, no loop over envs) and reads only
 what a real load balancer could know: the observation (queues, live nodes, prices, carbon,
-background load, ingress region, through `sim.layout`) and the estate's static facts
-(`sim.spec`: node speeds and powers, RTTs, mean service time, SLO). Only the myopic oracle
-reads hidden state (the waiting job's true size and the exact backlogs), as a reference.
+background load, which nodes are local to the ingress, through `sim.layout`) and the
+estate's static facts (`sim.spec`: node speeds and powers, RTTs, mean service time, SLO),
+which they read in float64 from the spec rather than from the float32 observation. Only
+the myopic oracle reads hidden state (the waiting job's true size and the exact backlogs),
+as a reference.
 None ever returns a masked action: every choice is an argmin or argmax over valid actions
 only, and the world guarantees at least one valid action per env.
 
@@ -47,7 +49,7 @@ class _Dispatcher:
         self.rng = np.random.default_rng(seed)
 
     def _queue(self, obs: np.ndarray) -> np.ndarray:
-        return obs[:, self.layout.queue]
+        return obs[:, self.layout.node("queue")]
 
     def _by_region(self, per_node: np.ndarray) -> np.ndarray:
         """[B, N] -> [B, R, nodes_per_region] (nodes are numbered region by region)."""
@@ -55,11 +57,15 @@ class _Dispatcher:
 
     def _busy_s(self, obs: np.ndarray) -> np.ndarray:
         """[B, N] expected service time of a mean job, slowed by other tenants' load."""
-        background = obs[:, self.layout.background][:, self.node_region]
+        background = obs[:, self.layout.node("background")]
         return self.mean_service_s / (self.speed * (1.0 - background))
 
+    def _local(self, obs: np.ndarray) -> np.ndarray:
+        """[B, N] True where the node sits in the ingress region."""
+        return obs[:, self.layout.node("local")] > 0.5
+
     def _ingress(self, obs: np.ndarray) -> np.ndarray:
-        return obs[:, self.layout.ingress].argmax(axis=1)
+        return self.node_region[self._local(obs).argmax(axis=1)]
 
     def _expected_delay(self, obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """[B, N] RTT + (queue + 1) mean jobs at the node's effective speed; inf if masked."""
@@ -115,7 +121,7 @@ class TwoTierPolicy(_Dispatcher):
 
     def act(self, obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
         queue = self._queue(obs)
-        live = self._by_region(obs[:, self.layout.up])
+        live = self._by_region(obs[:, self.layout.node("up")])
         region_queue = (self._by_region(queue) * live).sum(axis=2) / np.maximum(live.sum(2), 1)
         has_valid = self._by_region(mask).any(axis=2)
         region = _argmin_random_ties(np.where(has_valid, region_queue, np.inf), self.rng)
@@ -192,8 +198,8 @@ class CheapestRegionPolicy(_GreedyRegionPolicy):
     name = "cheapest-region"
 
     def _per_job(self, obs: np.ndarray) -> np.ndarray:
-        price = obs[:, self.layout.price][:, self.node_region] * self.price_mult
-        egress = np.where(self.node_region[None, :] == self._ingress(obs)[:, None], 0.0, 1.0)
+        price = obs[:, self.layout.node("price")] * self.price_mult
+        egress = np.where(self._local(obs), 0.0, 1.0)
         return price * self._busy_s(obs) / 3600.0 + EGRESS_USD_PER_JOB * egress
 
 
@@ -204,7 +210,7 @@ class GreenestRegionPolicy(_GreedyRegionPolicy):
     name = "greenest-region"
 
     def _per_job(self, obs: np.ndarray) -> np.ndarray:
-        carbon = obs[:, self.layout.carbon][:, self.node_region]
+        carbon = obs[:, self.layout.node("carbon")]
         return carbon * self.power_w * self._busy_s(obs) * PUE / 3.6e6
 
 

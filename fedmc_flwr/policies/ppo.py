@@ -1,18 +1,19 @@
 """PPO learner of one region (or of all regions pooled) on the batched MultiCloudSim.
 
-The algorithm follows CleanRL's ppo.py: a 2-layer MLP actor-critic, GAE, the clipped
-surrogate, a value loss, an entropy bonus, per-minibatch advantage normalisation, a global
-gradient-norm clip and several epochs of minibatches over each rollout. Dispatching is a
-continuing task (an estate never ends), so nothing is ever terminal: every rollout
-bootstraps from the value of the observation it stops at. Each training world is still
-restarted from a fresh seed every `episode_steps` jobs (a truncation, through which the
-value also bootstraps), so the learner sees the same mix of quiet starts and busy hours as
-the held-out episodes rather than one ever-longer day. Logits of masked actions are set to
-a large negative number, so the sampled, the greedy and the trained distributions never
-put weight on a node that is down or full. Rewards are scaled by the running standard
-deviation of the discounted return, so the critic's gradient cannot swamp the actor's under
-the shared gradient-norm clip. Both running statistics (observations, returns) travel with
-the weights as pooled moments, so every region reads inputs and targets in the same units.
+The algorithm follows CleanRL's ppo.py: an actor-critic (`networks.py`: the flat MLP or the
+size-agnostic node scorer, `ppo.policy`), GAE, the clipped surrogate, a value loss, an
+entropy bonus, per-minibatch advantage normalisation, a global gradient-norm clip and
+several epochs of minibatches over each rollout. Dispatching is a continuing task (an
+estate never ends), so nothing is ever terminal: every rollout bootstraps from the value of
+the observation it stops at. Each training world is still restarted from a fresh seed every
+`episode_steps` jobs (a truncation, through which the value also bootstraps), so the
+learner sees the same mix of quiet starts and busy hours as the held-out episodes rather
+than one ever-longer day. Logits of masked actions are set to a large negative number, so
+the sampled, the greedy and the trained distributions never put weight on a node that is
+down or full. Rewards are scaled by the running standard deviation of the discounted
+return, so the critic's gradient cannot swamp the actor's under the shared gradient-norm
+clip. Both running statistics (observations, returns) travel with the weights as pooled
+moments, so every region reads inputs and targets in the same units.
 
 Everything a federated client must carry between rounds (weights, Adam moments, the running
 observation normaliser, the torch RNG, the worlds' state and the counters) is one flat dict
@@ -33,14 +34,10 @@ from torch import nn
 
 from fedmc_flwr.config import ExperimentConfig, PPOConfig
 from fedmc_flwr.policies.moments import MOMENT_ARRAYS, Moments
+from fedmc_flwr.policies.networks import MASKED_LOGIT, ActorCritic, build_network
+from fedmc_flwr.policies.normalisers import ObservationNorm, RunningNorm
 from fedmc_flwr.seeds import training_seed
-from fedmc_flwr.sim.world import MultiCloudSim, ObsLayout
-
-MASKED_LOGIT = -1e8
-"""Logit of a masked action: its probability is exactly 0 and its entropy term 0, never NaN."""
-OBS_CLIP = 10.0
-"""Normalised observations are clipped to +-OBS_CLIP (a node coming back from an outage
-would otherwise be hundreds of standard deviations away)."""
+from fedmc_flwr.sim.world import MultiCloudSim
 
 STATISTICS = ("observation", "return")
 """The running moments a weight list carries after the network's arrays, in this order."""
@@ -50,103 +47,6 @@ TRAIN_METRICS = ("reward", "latency_ms", "slo_violation_rate", "cost_usd", "carb
 LOSS_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")
 ROUND_METRICS = (*TRAIN_METRICS, *LOSS_METRICS, "explained_variance")
 """What a metrics.csv train row carries of train_round's output (timings go elsewhere)."""
-
-
-def _layer(n_in: int, n_out: int, std: float) -> nn.Linear:
-    """Orthogonal weights and zero bias, CleanRL's initialisation."""
-    layer = nn.Linear(n_in, n_out)
-    nn.init.orthogonal_(layer.weight, std)
-    nn.init.constant_(layer.bias, 0.0)
-    return layer
-
-
-class ActorCritic(nn.Module):
-    """Separate 2-layer tanh MLPs for the logits over all nodes and for the state value."""
-
-    def __init__(self, obs_dim: int, num_actions: int, hidden: int) -> None:
-        super().__init__()
-        gain = float(np.sqrt(2.0))
-        self.actor = nn.Sequential(
-            _layer(obs_dim, hidden, gain),
-            nn.Tanh(),
-            _layer(hidden, hidden, gain),
-            nn.Tanh(),
-            _layer(hidden, num_actions, 0.01),
-        )
-        self.critic = nn.Sequential(
-            _layer(obs_dim, hidden, gain),
-            nn.Tanh(),
-            _layer(hidden, hidden, gain),
-            nn.Tanh(),
-            _layer(hidden, 1, 1.0),
-        )
-
-    def masked_logits(self, obs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return self.actor(obs).masked_fill(~mask, MASKED_LOGIT)
-
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(obs).squeeze(-1)
-
-
-class RunningNorm:
-    """Running moments of a stream (observations or discounted returns), federation-ready.
-
-    `total` is what the learner normalises with: the moments the federation pooled so far
-    plus what this learner saw since. `fresh` is only the latter, what a region sends back
-    after a round: the server adds every region's fresh moments to the pooled ones, so no
-    sample is ever counted twice (see `moments.py`). `columns` marks the features that are
-    standardised; the others (flags, one-hots, the clock's sin and cos, already in [-1, 1])
-    pass through unchanged, so a feature that is constant inside a region can never be
-    blown up to +-OBS_CLIP by a variance near 0.
-    """
-
-    def __init__(self, dim: int, columns: np.ndarray | None = None) -> None:
-        self.columns = np.ones(dim, dtype=bool) if columns is None else columns.copy()
-        self.total = Moments.empty(dim)
-        self.fresh = Moments.empty(dim)
-
-    def update(self, batch: np.ndarray) -> None:
-        seen = Moments.of(batch)
-        self.total = self.total.merge(seen)
-        self.fresh = self.fresh.merge(seen)
-
-    def start_from(self, pooled: Moments) -> None:
-        """Adopt the federation's pooled moments; nothing seen since."""
-        self.total = pooled
-        self.fresh = Moments.empty(len(pooled.mean))
-
-    def __call__(self, obs: np.ndarray) -> np.ndarray:
-        return normalise(obs, self.total, self.columns)
-
-    def state(self, prefix: str) -> dict[str, np.ndarray]:
-        out = {}
-        for part, moments in (("total", self.total), ("fresh", self.fresh)):
-            for key, array in zip(("count", "mean", "var"), moments.arrays(), strict=True):
-                out[f"{prefix}.{part}.{key}"] = array
-        return out
-
-    def load(self, prefix: str, state: dict[str, np.ndarray]) -> None:
-        def read(part: str) -> Moments:
-            keys = (f"{prefix}.{part}.{key}" for key in ("count", "mean", "var"))
-            return Moments.from_arrays([state[key] for key in keys])
-
-        self.total, self.fresh = read("total"), read("fresh")
-
-
-def normalise(obs: np.ndarray, moments: Moments, columns: np.ndarray) -> np.ndarray:
-    """(obs - mean) / std on `columns`, clipped; the other features unchanged; float32."""
-    shift = np.where(columns, moments.mean, 0.0)
-    scale = np.where(columns, 1.0 / np.sqrt(moments.var + 1e-8), 1.0)
-    return np.clip((obs - shift) * scale, -OBS_CLIP, OBS_CLIP).astype(np.float32)
-
-
-def standardised_features(layout: ObsLayout) -> np.ndarray:
-    """The observation features a learner standardises: queues, prices, carbon intensities
-    and background loads. Up flags, the ingress one-hot and the clock stay as they are."""
-    columns = np.zeros(layout.size, dtype=bool)
-    for where in (layout.queue, layout.price, layout.carbon, layout.background):
-        columns[where] = True
-    return columns
 
 
 def gae(
@@ -189,7 +89,8 @@ def ppo_loss(
     ppo: PPOConfig,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The clipped-surrogate loss of one minibatch and its diagnostics."""
-    logits = model.masked_logits(batch["obs"], batch["mask"])
+    logits, values = model(batch["obs"])
+    logits = logits.masked_fill(~batch["mask"], MASKED_LOGIT)
     logp_all = torch.log_softmax(logits, dim=-1)
     logp = logp_all.gather(1, batch["actions"].unsqueeze(1)).squeeze(1)
     entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
@@ -200,7 +101,7 @@ def ppo_loss(
         adv = (adv - adv.mean()) / (adv.std() + 1e-8)
     pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - ppo.clip_coef, 1 + ppo.clip_coef))
     pg_loss = pg_loss.mean()
-    v_loss = 0.5 * (model.value(batch["obs"]) - batch["returns"]).pow(2).mean()
+    v_loss = 0.5 * (values - batch["returns"]).pow(2).mean()
     loss = pg_loss - ppo.ent_coef * entropy + ppo.vf_coef * v_loss
     with torch.no_grad():
         stats = {
@@ -220,17 +121,19 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
 
 
 class GreedyPolicy:
-    """Argmax over masked logits of a frozen actor and normaliser (serves `Policy`)."""
+    """Argmax over masked logits of a frozen network and normaliser (serves `Policy`).
 
-    def __init__(self, name: str, actor: nn.Module, norm: RunningNorm) -> None:
+    A node-scorer's copy acts on an estate of any size (the normaliser is per feature)."""
+
+    def __init__(self, name: str, network: ActorCritic, norm: ObservationNorm) -> None:
         self.name = name
-        self._actor = actor
+        self._network = network
         self._norm = copy.deepcopy(norm)
 
     def act(self, obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
         with torch.inference_mode():
             x = torch.from_numpy(self._norm(obs))
-            logits = self._actor(x).masked_fill(~torch.from_numpy(mask), MASKED_LOGIT)
+            logits = self._network.masked_logits(x, torch.from_numpy(mask))
             return logits.argmax(dim=1).numpy().astype(np.int64)
 
 
@@ -268,9 +171,11 @@ class PPOLearner:
         self.generator = torch.Generator().manual_seed(torch_seed)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(torch_seed)
-            self.model = ActorCritic(self.sim.obs_dim, self.sim.num_actions, cfg.ppo.hidden_size)
+            self.model = build_network(
+                cfg.ppo.policy, self.sim.obs_dim, self.sim.num_actions, cfg.ppo.hidden_size
+            )
         self.params = list(self.model.parameters())
-        self.norm = RunningNorm(self.sim.obs_dim, standardised_features(self.sim.layout))
+        self.norm = ObservationNorm()
         self.return_norm = RunningNorm(1)
         self.discounted = np.zeros(cfg.ppo.num_envs)
         self.episodes = np.zeros(cfg.ppo.num_envs, dtype=np.int64)
@@ -320,8 +225,8 @@ class PPOLearner:
         self.return_norm.start_from(Moments.from_arrays(stats[MOMENT_ARRAYS:]))
 
     def policy(self, name: str = "ppo") -> GreedyPolicy:
-        actor = copy.deepcopy(self.model.actor).requires_grad_(False)
-        return GreedyPolicy(name, actor, self.norm)
+        network = copy.deepcopy(self.model).requires_grad_(False)
+        return GreedyPolicy(name, network, self.norm)
 
     # --- training ---------------------------------------------------------------------
 
@@ -386,7 +291,8 @@ class PPOLearner:
         x = torch.from_numpy(self.norm(self.obs))
         for t in range(length):
             m = torch.from_numpy(self.mask)
-            logits = self.model.masked_logits(x, m)
+            logits, values = self.model(x)
+            logits = logits.masked_fill(~m, MASKED_LOGIT)
             logp_all = torch.log_softmax(logits, dim=-1)
             noise = torch.rand(logits.shape, generator=self.generator)
             action = (logits - torch.log(-torch.log(noise))).argmax(dim=1)
@@ -394,7 +300,7 @@ class PPOLearner:
             mask_buf[t] = m
             act_buf[t] = action
             logp_buf[t] = logp_all.gather(1, action.unsqueeze(1)).squeeze(1)
-            val_buf[t] = self.model.value(x)
+            val_buf[t] = values
             result = self.sim.step(action.numpy())
             rew_buf[t] = torch.from_numpy(self._scale_rewards(result.reward))
             job_sums[0] += result.reward.sum()
@@ -404,12 +310,12 @@ class PPOLearner:
             ended = np.flatnonzero(self.elapsed >= self.ppo.episode_steps)
             if len(ended):
                 final = torch.from_numpy(self.norm(self.obs[ended]))
-                bootstrap[t, ended] = self.model.value(final)
+                bootstrap[t, ended] = self.model(final)[1]
                 cut_buf[t, ended] = True
                 self._restart(ended)
             self.norm.update(self.obs)
             x = torch.from_numpy(self.norm(self.obs))
-        val_buf[length] = self.model.value(x)
+        val_buf[length] = self.model(x)[1]
         next_values = torch.where(cut_buf, bootstrap, val_buf[1:])
         values = val_buf[:length]
         advantages = gae(rew_buf, values, next_values, cut_buf, self.ppo.gamma, self.ppo.gae_lambda)

@@ -7,6 +7,7 @@ The world is a continuing task: no state ends an episode, only the time limit tr
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -19,11 +20,14 @@ from gymnasium.vector.utils import batch_space
 
 from fedmc_flwr.config import ExperimentConfig, RewardWeights, WorldConfig, load_config
 from fedmc_flwr.sim import DEFAULT_EPISODE_STEPS
+from fedmc_flwr.sim.layout import GLOBAL_FEATURES, NODE_FEATURES, doc_table
 from fedmc_flwr.sim.signals import region_catalogue
 from fedmc_flwr.sim.world import METRIC_NAMES, MultiCloudSim
 
 _MAX_SEED = 2**63
 """World seeds drawn from the env's generator lie in [0, 2**63)."""
+_MAX_BACKGROUND = 0.95
+"""Other tenants never take more of a node than this (`kernel._background`)."""
 
 ConfigLike = str | Path | ExperimentConfig | None
 Region = int | str
@@ -57,20 +61,40 @@ def _region_index(region: Region, names: list[str]) -> int:
 
 
 def observation_space(sim: MultiCloudSim) -> spaces.Box:
-    """Bounds of one env's observation, feature by feature (see world.py's table)."""
-    layout = sim.layout
-    low = np.zeros(layout.size, dtype=np.float32)
-    high = np.ones(layout.size, dtype=np.float32)
-    high[layout.queue] = sim.spec.hard_capacity
+    """Bounds of one env's observation, feature by feature (the table of `layout.py`)."""
     spec = sim.spec
-    for where, mean, swing in (
-        (layout.price, spec.price_mean, spec.price_swing),
-        (layout.carbon, spec.carbon_mean, spec.carbon_swing),
-    ):  # the daily cycle stays within mean * (1 +- swing); one ulp covers float32 rounding
-        high[where] = np.nextafter((mean * (1.0 + swing)).astype(np.float32), np.float32(np.inf))
-    high[layout.background] = 0.95
-    low[layout.clock] = -1.0
-    return spaces.Box(low, high, dtype=np.float32)
+    region = np.repeat(np.arange(sim.num_regions), sim.nodes_per_region)
+    zero, one = np.zeros(sim.num_actions), np.ones(sim.num_actions)
+    worst_delay = spec.rtt_s.max() + (spec.hard_capacity + 1) * spec.mean_service_s / (
+        spec.speed * (1.0 - _MAX_BACKGROUND)
+    )  # the hard capacity at the slowest moment, from the farthest ingress
+    node_bounds = {
+        "queue": (zero, one * spec.hard_capacity),
+        "up": (zero, one),
+        "expected_delay": (zero, worst_delay),
+        # the daily cycles stay within mean * (1 +- swing)
+        "price": (zero, (spec.price_mean * (1.0 + spec.price_swing))[region]),
+        "carbon": (zero, (spec.carbon_mean * (1.0 + spec.carbon_swing))[region]),
+        "background": (zero, one * _MAX_BACKGROUND),
+        "speed": (zero, spec.speed),
+        "power": (zero, spec.power_w),
+        "price_mult": (zero, spec.price_mult),
+        "rtt": (zero, spec.rtt_s.max(axis=0)[region]),
+        "local": (zero, one),
+    }
+    global_bounds = {"clock_sin": (-1.0, 1.0), "clock_cos": (-1.0, 1.0)}
+    layout = sim.layout
+    low = np.empty(layout.size, dtype=np.float64)
+    high = np.empty(layout.size, dtype=np.float64)
+    for feature in NODE_FEATURES:
+        low[layout.node(feature.name)], high[layout.node(feature.name)] = node_bounds[feature.name]
+    for feature in GLOBAL_FEATURES:
+        index = layout.global_(feature.name)
+        low[index], high[index] = global_bounds[feature.name]
+    # one ulp each way covers the float32 rounding of values computed in float64
+    low32 = np.nextafter(low.astype(np.float32), np.float32(-np.inf))
+    high32 = np.nextafter(high.astype(np.float32), np.float32(np.inf))
+    return spaces.Box(np.where(low == 0.0, 0.0, low32), high32, dtype=np.float32)
 
 
 def _metrics_info(metrics: np.ndarray) -> dict[str, np.ndarray]:
@@ -103,21 +127,15 @@ class MultiCloudEnv(gym.Env[np.ndarray, np.int64]):
 
     ## Observation Space
 
-    `Box(float32)` of size `2 N + 4 R + 2` (N nodes, R regions), in this order:
+    `Box(float32)` of size `N * NODE_WIDTH + GLOBAL_WIDTH` (N nodes): one row per node
+    (node-major, numbered region by region), then the global features (`layout.py`):
 
-    | slice | meaning | unit | min | max |
-    |---|---|---|---|---|
-    | queue[N] | jobs in each node's queue (incl. in service) | jobs | 0 | hard capacity |
-    | up[N] | 1 if the node is live, 0 during an outage | flag | 0 | 1 |
-    | price[R] | hourly price of a speed-1.0 node in each region | USD/h | 0 | peak price |
-    | carbon[R] | grid carbon intensity of each region | gCO2eq/kWh | 0 | peak carbon |
-    | background[R] | share of capacity used by other tenants | 0..1 | 0 | 0.95 |
-    | ingress[R] | one-hot of the region the jobs enter at | flag | 0 | 1 |
-    | clock[2] | sin and cos of the (compressed) time of day | -1..1 | -1 | 1 |
+    {observation_table}
 
-    `MultiCloudSim.layout` gives each slice. A region's peak price or carbon is its mean
-    times one plus its daily swing, and a node's hard capacity is `queue_capacity` plus
-    headroom (`MultiCloudSim.spec.hard_capacity`).
+    `MultiCloudSim.layout` gives each feature's place (`layout.node("queue")` is every
+    node's queue). A region's peak price or carbon is its mean times one plus its daily
+    swing; a node's hard capacity is `queue_capacity` plus headroom
+    (`MultiCloudSim.spec.hard_capacity`).
 
     ## Rewards
 
@@ -156,7 +174,7 @@ class MultiCloudEnv(gym.Env[np.ndarray, np.int64]):
     >>> env = gym.make("fedmc/MultiCloud-v0", ingress="europe-west9", max_episode_steps=3)
     >>> obs, info = env.reset(seed=0)
     >>> obs.shape, info["action_mask"].shape
-    ((50,), (18,))
+    ((200,), (18,))
     >>> for _ in range(3):
     ...     action = int(np.flatnonzero(info["action_mask"])[0])
     ...     obs, reward, terminated, truncated, info = env.step(action)
@@ -196,6 +214,11 @@ class MultiCloudEnv(gym.Env[np.ndarray, np.int64]):
         info["invalid_action"] = bool(result.invalid[0])
         info["refused"] = bool(result.refused[0])
         return result.obs[0], float(result.reward[0]), False, False, info
+
+
+MultiCloudEnv.__doc__ = MultiCloudEnv.__doc__.replace(
+    "    {observation_table}", textwrap.indent(doc_table(bounds=True), "    ")
+)
 
 
 class MultiCloudVectorEnv(VectorEnv):

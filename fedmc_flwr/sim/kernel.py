@@ -37,6 +37,22 @@ import numpy as np
 from numba import njit, prange
 
 from fedmc_flwr.sim import compile_cache
+from fedmc_flwr.sim.layout import (
+    BACKGROUND,
+    CARBON,
+    CLOCK_COS,
+    CLOCK_SIN,
+    EXPECTED_DELAY,
+    LOCAL,
+    NODE_WIDTH,
+    POWER,
+    PRICE,
+    PRICE_MULT,
+    QUEUE,
+    RTT,
+    SPEED,
+    UP,
+)
 
 # before the first @njit below: numba picks a function's cache locator when decorating it
 compile_cache.install()
@@ -170,17 +186,15 @@ def _weighted_cost(p, latency, violation, cost, carbon):
 
 
 @njit(cache=True, inline="always")
-def _observe(b, t, clock, count, down_until, ingress, obs, mask, reg, nregions, p, ring_size):
-    """Write env b's observation and mask (see the module docstring for the fallbacks)."""
+def _observe(b, t, clock, count, down_until, ingress, obs, mask, statics, ring_size):
+    """Write env b's observation (the rows of `layout.py`) and mask (fallbacks: see above)."""
+    speed, power, price_mult, _, reg, rtt, p, per_region = statics
     n_nodes = count.shape[1]
     capacity = p[QUEUE_CAPACITY]
     s, c = clock[b, 0], clock[b, 1]
     any_valid = False
     for n in range(n_nodes):
-        up = down_until[b, n] <= t
-        obs[b, n] = count[b, n]
-        obs[b, n_nodes + n] = 1.0 if up else 0.0
-        valid = up and count[b, n] < capacity
+        valid = down_until[b, n] <= t and count[b, n] < capacity
         mask[b, n] = valid
         any_valid = any_valid or valid
     if not any_valid:  # every live node is full: admit into the headroom rather than drop
@@ -191,16 +205,32 @@ def _observe(b, t, clock, count, down_until, ingress, obs, mask, reg, nregions, 
     if not any_valid:  # no room anywhere: every live node (the job will be refused)
         for n in range(n_nodes):
             mask[b, n] = down_until[b, n] <= t
-    o = 2 * n_nodes
-    for r in range(nregions):
+    i = ingress[b]
+    for r in range(reg.shape[1]):  # nodes are numbered region by region
         day = _local_day(reg, r, s, c)
-        obs[b, o + r] = reg[PRICE_MEAN, r] * (1.0 + reg[PRICE_SWING, r] * day)
-        obs[b, o + nregions + r] = reg[CARBON_MEAN, r] * (1.0 - reg[CARBON_SWING, r] * day)
-        obs[b, o + 2 * nregions + r] = _background(reg, r, s, c)
-        obs[b, o + 3 * nregions + r] = 1.0 if r == ingress[b] else 0.0
-    o += 4 * nregions
-    obs[b, o] = s
-    obs[b, o + 1] = c
+        price = reg[PRICE_MEAN, r] * (1.0 + reg[PRICE_SWING, r] * day)
+        carbon = reg[CARBON_MEAN, r] * (1.0 - reg[CARBON_SWING, r] * day)
+        background = _background(reg, r, s, c)
+        busy = p[MEAN_SERVICE] / (1.0 - background)
+        link = rtt[i, r]
+        local = 1.0 if r == i else 0.0
+        for n in range(r * per_region, (r + 1) * per_region):
+            o = n * NODE_WIDTH
+            queue = count[b, n]
+            obs[b, o + QUEUE] = queue
+            obs[b, o + UP] = 1.0 if down_until[b, n] <= t else 0.0
+            obs[b, o + EXPECTED_DELAY] = link + (queue + 1.0) * (busy / speed[n])
+            obs[b, o + PRICE] = price
+            obs[b, o + CARBON] = carbon
+            obs[b, o + BACKGROUND] = background
+            obs[b, o + SPEED] = speed[n]
+            obs[b, o + POWER] = power[n]
+            obs[b, o + PRICE_MULT] = price_mult[n]
+            obs[b, o + RTT] = link
+            obs[b, o + LOCAL] = local
+    g = n_nodes * NODE_WIDTH
+    obs[b, g + CLOCK_SIN] = s
+    obs[b, g + CLOCK_COS] = c
 
 
 @njit(cache=True, inline="always")
@@ -394,7 +424,6 @@ def reset_kernel(
     arrive, to the valid node of shortest expected delay; none is scored.
     """
     speed, _, _, _, reg, _, p, _ = statics
-    nregions = reg.shape[1]
     ring_size = ring.shape[2]
     warmup = int(p[WARMUP_JOBS])
     for j in range(envs.shape[0]):
@@ -437,9 +466,7 @@ def reset_kernel(
                 reg,
                 p,
             )
-            _observe(
-                b, t[b], clock, count, down_until, ingress, obs, mask, reg, nregions, p, ring_size
-            )
+            _observe(b, t[b], clock, count, down_until, ingress, obs, mask, statics, ring_size)
 
 
 @njit(cache=True, inline="always")
@@ -469,7 +496,6 @@ def _step_env(
 ):
     """Env b: dispatch its waiting job to its action, then advance to its next job."""
     speed, _, _, _, reg, _, p, _ = statics
-    nregions = reg.shape[1]
     ring_size = ring.shape[2]
     a = actions[b]
     n = a
@@ -512,9 +538,7 @@ def _step_env(
         reg,
         p,
     )
-    _observe(
-        b, t[b], clock, count, down_until, ingress, obs_out, mask_out, reg, nregions, p, ring_size
-    )
+    _observe(b, t[b], clock, count, down_until, ingress, obs_out, mask_out, statics, ring_size)
 
 
 @njit(cache=True)
@@ -546,7 +570,9 @@ def step_kernel(
     `mask` is the mask the actions were chosen under; the next job's observation and mask
     go to `obs_out` and `mask_out`; `invalid[b]` and `refused[b]` say whether the job just
     dispatched had a masked action (it went to the worst valid node), or found no room
-    anywhere (see the module docstring). One thread; see `step_kernel_parallel` for more.
+    anywhere (see the module docstring). One thread: on several threads the parallel
+    kernel's idle OpenMP workers spin after each call, which on a busy machine steals the
+    CPU from the learner's work between steps.
     """
     for b in range(actions.shape[0]):
         _step_env(
@@ -599,11 +625,13 @@ def step_kernel_parallel(
     refused,
     statics,
 ):
-    """`step_kernel` as a parallel loop over envs, for large batches on several threads.
+    """`step_kernel` on `numba.set_num_threads` threads, for large batches.
 
-    Each env touches only its own rows, so the result is the same bit for bit on any
-    number of threads. Launching the thread pool costs tens of microseconds per call,
-    which is why small batches and single envs use the serial kernel.
+    `mask` is the mask the actions were chosen under; the next job's observation and mask
+    go to `obs_out` and `mask_out`; `invalid[b]` and `refused[b]` say whether the job just
+    dispatched had a masked action (it went to the worst valid node), or found no room
+    anywhere (see the module docstring). Each env touches only its own rows, so the result
+    is the same bit for bit on any number of threads (`numba.set_num_threads`).
     """
     for b in prange(actions.shape[0]):
         _step_env(

@@ -6,17 +6,11 @@ one node of the estate. The action is one integer over `regions * nodes_per_regi
 `region = a // nodes_per_region` (Tier 1, the load balancer) and
 `node = a % nodes_per_region` (Tier 2, the scheduler).
 
-Observation (float32, `obs_dim = 2 N + 4 R + 2` for N nodes and R regions), in order:
+Observation (float32, `obs_dim = N * NODE_WIDTH + GLOBAL_WIDTH` for N nodes): one row per
+node, node-major and numbered region by region, then the global features. Defined once in
+`layout.py` (`MultiCloudSim.layout` gives each feature's place); the table is built there:
 
-| slice | meaning | unit |
-|---|---|---|
-| queue[N] | jobs in each node's queue (incl. in service) | jobs |
-| up[N] | 1 if the node is live, 0 during an outage | flag |
-| price[R] | hourly price of a speed-1.0 node in each region | USD/h |
-| carbon[R] | grid carbon intensity of each region | gCO2eq/kWh |
-| background[R] | share of capacity used by other tenants | 0..1 |
-| ingress[R] | one-hot of the region the jobs enter at | flag |
-| clock[2] | sin and cos of the (compressed) time of day | -1..1 |
+{observation_table}
 
 Episodes. `reset(seeds, phases=None)` starts env b at `phases[b]` of the (compressed)
 day: its clock `t` starts at `phases[b] * diurnal_period_s`, and the sin/cos clock with it.
@@ -74,6 +68,7 @@ import numpy as np
 
 from fedmc_flwr.config import RewardWeights, WorldConfig
 from fedmc_flwr.sim import kernel
+from fedmc_flwr.sim.layout import ObsLayout, doc_table
 from fedmc_flwr.sim.signals import (
     BURST_EXIT,
     BURST_SHARE,
@@ -82,6 +77,8 @@ from fedmc_flwr.sim.signals import (
     WorldSpec,
     build_spec,
 )
+
+__doc__ = __doc__.replace("{observation_table}", doc_table())
 
 METRIC_NAMES = kernel.METRIC_NAMES
 
@@ -101,49 +98,6 @@ _STATE_FIELDS = (
     "obs",
     "mask",
 )
-
-
-@dataclass(frozen=True)
-class ObsLayout:
-    """Where each feature sits in the flat observation vector."""
-
-    num_nodes: int
-    num_regions: int
-
-    def _span(self, start: int, width: int) -> slice:
-        return slice(start, start + width)
-
-    @property
-    def queue(self) -> slice:
-        return self._span(0, self.num_nodes)
-
-    @property
-    def up(self) -> slice:
-        return self._span(self.num_nodes, self.num_nodes)
-
-    @property
-    def price(self) -> slice:
-        return self._span(2 * self.num_nodes, self.num_regions)
-
-    @property
-    def carbon(self) -> slice:
-        return self._span(2 * self.num_nodes + self.num_regions, self.num_regions)
-
-    @property
-    def background(self) -> slice:
-        return self._span(2 * self.num_nodes + 2 * self.num_regions, self.num_regions)
-
-    @property
-    def ingress(self) -> slice:
-        return self._span(2 * self.num_nodes + 3 * self.num_regions, self.num_regions)
-
-    @property
-    def clock(self) -> slice:
-        return self._span(2 * self.num_nodes + 4 * self.num_regions, 2)
-
-    @property
-    def size(self) -> int:
-        return 2 * self.num_nodes + 4 * self.num_regions + 2
 
 
 @dataclass
@@ -215,7 +169,8 @@ class MultiCloudSim:
     the region of the job now waiting, read it to know whose job it is.
     `threads` is how many threads one step may use: 1 by default, because learners and
     Flower clients already keep every core busy; large batches (about 1000 envs and more)
-    gain from more, small ones lose to the cost of starting the threads.
+    gain from more, small ones lose to the cost of waking the threads. Results do not
+    depend on it.
     """
 
     def __init__(
@@ -331,6 +286,11 @@ class MultiCloudSim:
             self._seeded = True
         return self.obs.copy(), self.mask.copy()
 
+    def _use_threads(self) -> None:
+        """numba's thread count is per calling thread and shared by every sim it steps."""
+        if numba.get_num_threads() != self.threads:
+            numba.set_num_threads(self.threads)
+
     def step(self, actions: np.ndarray) -> StepResult:
         """Dispatch every env's waiting job to `actions[b]` and move to the next job."""
         if not self._seeded:
@@ -338,17 +298,16 @@ class MultiCloudSim:
         actions = np.ascontiguousarray(actions, dtype=np.int64)
         if actions.shape != (self.num_envs,):
             raise ValueError(f"expected {self.num_envs} actions, got shape {actions.shape}")
-        step = kernel.step_kernel
-        if self.threads > 1:
-            step = kernel.step_kernel_parallel
-            if numba.get_num_threads() != self.threads:
-                numba.set_num_threads(self.threads)
         reward = np.empty(self.num_envs)
         metrics = np.empty((self.num_envs, len(METRIC_NAMES)))
         obs = np.empty_like(self.obs)
         mask = np.empty_like(self.mask)
         invalid = np.empty(self.num_envs, dtype=np.bool_)
         refused = np.empty(self.num_envs, dtype=np.bool_)
+        step = kernel.step_kernel
+        if self.threads > 1:
+            step = kernel.step_kernel_parallel
+            self._use_threads()
         step(
             actions,
             self.t,

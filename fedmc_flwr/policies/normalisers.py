@@ -1,0 +1,96 @@
+"""Running normalisers of a learner's inputs and returns, federation-ready.
+
+Observation statistics are kept per feature, pooled over the nodes (`sim/layout.py`): one
+mean and variance of "queue" for every node, not one per node index. So they have the same
+size on every estate (regions with different estates pool them, and a policy read on a
+bigger estate uses them as they are), and a static fact such as a node's speed, constant
+per index, is standardised over the estate rather than divided by a variance of 0.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedmc_flwr.policies.moments import Moments
+from fedmc_flwr.sim.layout import GLOBAL_FEATURES, NODE_FEATURES, NODE_WIDTH, ObsLayout
+
+OBS_CLIP = 10.0
+"""Normalised observations are clipped to +-OBS_CLIP (a node coming back from an outage
+would otherwise be hundreds of standard deviations away)."""
+
+
+class RunningNorm:
+    """Running moments of a stream (here: discounted returns), federation-ready.
+
+    `total` is what the learner normalises with: the moments the federation pooled so far
+    plus what this learner saw since. `fresh` is only the latter, what a region sends back
+    after a round: the server adds every region's fresh moments to the pooled ones, so no
+    sample is ever counted twice (see `moments.py`).
+    """
+
+    def __init__(self, dim: int) -> None:
+        self.total = Moments.empty(dim)
+        self.fresh = Moments.empty(dim)
+
+    def update(self, batch: np.ndarray) -> None:
+        seen = Moments.of(batch)
+        self.total = self.total.merge(seen)
+        self.fresh = self.fresh.merge(seen)
+
+    def start_from(self, pooled: Moments) -> None:
+        """Adopt the federation's pooled moments; nothing seen since."""
+        self.total = pooled
+        self.fresh = Moments.empty(len(pooled.mean))
+
+    def state(self, prefix: str) -> dict[str, np.ndarray]:
+        out = {}
+        for part, moments in (("total", self.total), ("fresh", self.fresh)):
+            for key, array in zip(("count", "mean", "var"), moments.arrays(), strict=True):
+                out[f"{prefix}.{part}.{key}"] = array
+        return out
+
+    def load(self, prefix: str, state: dict[str, np.ndarray]) -> None:
+        def read(part: str) -> Moments:
+            keys = (f"{prefix}.{part}.{key}" for key in ("count", "mean", "var"))
+            return Moments.from_arrays([state[key] for key in keys])
+
+        self.total, self.fresh = read("total"), read("fresh")
+
+
+FEATURES = (*NODE_FEATURES, *GLOBAL_FEATURES)
+STANDARDISED = np.array([f.standardised for f in FEATURES])
+"""Flags, the local flag and the clock's sin and cos pass through unchanged, so a feature
+that is constant inside a region can never be blown up to +-OBS_CLIP."""
+
+
+class ObservationNorm(RunningNorm):
+    """Per-feature moments of observations, each node's row counted as one sample (its
+    global features repeated beside it, which leaves their mean and variance unchanged).
+    The number of nodes is read from each batch's width, so it normalises any estate."""
+
+    def __init__(self) -> None:
+        super().__init__(len(FEATURES))
+
+    def update(self, batch: np.ndarray) -> None:
+        layout = ObsLayout.of_width(batch.shape[-1])
+        nodes = layout.nodes(batch).reshape(-1, NODE_WIDTH)
+        shared = np.repeat(batch[:, layout.globals_span], layout.num_nodes, axis=0)
+        super().update(np.concatenate([nodes, shared], axis=1))
+
+    def affine(self, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+        """`(shift, scale)` over the flat observation of an estate of `num_nodes` nodes
+        (float64): the standardised features' moments, the others 0 and 1. The ONNX export
+        bakes the same two arrays in, so a served policy reads bit-identical inputs."""
+
+        def per_column(per_feature: np.ndarray) -> np.ndarray:
+            node, shared = per_feature[:NODE_WIDTH], per_feature[NODE_WIDTH:]
+            return np.concatenate([np.tile(node, num_nodes), shared])
+
+        shift = per_column(np.where(STANDARDISED, self.total.mean, 0.0))
+        scale = per_column(np.where(STANDARDISED, 1.0 / np.sqrt(self.total.var + 1e-8), 1.0))
+        return shift, scale
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        """(obs - mean) / std on the standardised features, clipped; the rest unchanged."""
+        shift, scale = self.affine(ObsLayout.of_width(obs.shape[-1]).num_nodes)
+        return np.clip((obs - shift) * scale, -OBS_CLIP, OBS_CLIP).astype(np.float32)
