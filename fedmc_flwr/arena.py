@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedmc_flwr.config import ExperimentConfig
+from fedmc_flwr.config import ExperimentConfig, shares_one_estate
 from fedmc_flwr.evaluation import rollout
 from fedmc_flwr.policies.base import Policy
 from fedmc_flwr.seeds import arena_seeds, heldout_phases
@@ -65,6 +65,11 @@ def evaluate_arena(
     Returns one per_seed.csv row per world (without the experiment's keys: experiment,
     train_seed, round, train_steps), the means over all the world's jobs.
     """
+    if not shares_one_estate(cfg):
+        raise ValueError(
+            f"{name}: the joint arena needs one estate all regions share; "
+            "world.region_estates gives each region its own"
+        )
     steps = cfg.eval.steps if jobs is None else jobs
     count = cfg.eval.seeds
     seeds = arena_seeds(cfg.eval.split, count)

@@ -9,9 +9,10 @@ and dotted `key=value` overrides (from the CLI or Flower's run config) apply las
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,40 @@ class WorldConfig:
     a region at 10 goes down 10 times as often as with one rate for the whole estate. The
     chance per job that some node goes down becomes `outage_rate` times the mean multiplier,
     which must stay below 1."""
+    region_estates: list[list[int]] = field(default_factory=list)
+    """Per region, `[regions, nodes_per_region]` of the estate that region's client
+    dispatches into: its own multi-cloud footprint, where it is region k (the same name
+    and place) and the only ingress. Empty: every region dispatches into the one estate
+    above. Estates of different shapes federate one network only with `ppo.policy:
+    node-scorer`, whose parameters fit any estate, and the per-region lists above must
+    then be empty (they describe the shared estate's regions)."""
+
+
+def region_world(world: WorldConfig, region: int) -> WorldConfig:
+    """The estate that `region`'s client trains and is judged on (`region_estates`)."""
+    if not world.region_estates:
+        return world
+    regions, nodes = world.region_estates[region]
+    return dataclasses.replace(world, regions=regions, nodes_per_region=nodes, region_estates=[])
+
+
+def shares_one_estate(cfg: ExperimentConfig) -> bool:
+    """Whether every region dispatches into the same estate (the arena needs one)."""
+    worlds = [region_world(cfg.world, r) for r in range(cfg.world.regions)]
+    return len({(w.regions, w.nodes_per_region) for w in worlds}) == 1
+
+
+def learner_world(world: WorldConfig, regions: Sequence[int]) -> WorldConfig:
+    """The one estate a learner of `regions` runs its worlds in; they must share it."""
+    worlds = [region_world(world, r) for r in regions]
+    shapes = sorted({(w.regions, w.nodes_per_region) for w in worlds})
+    if len(shapes) > 1:
+        raise ValueError(
+            f"regions {list(regions)} dispatch into estates of different shapes {shapes} "
+            "(world.region_estates): one learner runs in one estate, so centralised PPO "
+            "cannot span them"
+        )
+    return worlds[0]
 
 
 @dataclass
@@ -440,6 +475,7 @@ def _check_ranges(cfg: DictConfig, source: str) -> None:
             f"expected less than world.queue_capacity ({cfg.world.queue_capacity})"
         )
     _check_region_lists(cfg, source)
+    _check_region_estates(cfg, source)
     if cfg.ppo.num_envs * cfg.ppo.rollout_steps < cfg.ppo.num_minibatches:
         raise ConfigError(
             f"{source}: ppo.num_minibatches = {cfg.ppo.num_minibatches} is not allowed; "
@@ -466,6 +502,41 @@ def _check_region_lists(cfg: DictConfig, source: str) -> None:
             f"{source}: world.region_outage = {outage} is not allowed; expected a mean below "
             f"1 / world.outage_rate ({1 / cfg.world.outage_rate:.6g}), so that the chance per "
             "job that some node goes down stays below 1"
+        )
+
+
+def _check_region_estates(cfg: DictConfig, source: str) -> None:
+    """Every region has an estate that holds it; estates of other shapes than the shared
+    one need the size-agnostic network and no per-region lists of the shared estate."""
+    estates = [list(e) for e in cfg.world.region_estates]
+    if not estates:
+        return
+    good = len(estates) == cfg.world.regions and all(
+        len(e) == 2 and all(isinstance(v, int) and v >= 1 for v in e) and e[0] > k
+        for k, e in enumerate(estates)
+    )
+    if not good:
+        raise ConfigError(
+            f"{source}: world.region_estates = {estates} is not allowed; expected "
+            f"{cfg.world.regions} pairs [regions, nodes_per_region] of integers >= 1 (one per "
+            "region), region k's with more than k regions, or []"
+        )
+    if all(e == [cfg.world.regions, cfg.world.nodes_per_region] for e in estates):
+        return
+    if cfg.ppo.policy != "node-scorer":
+        raise ConfigError(
+            f"{source}: world.region_estates of different shapes need ppo.policy = "
+            f"'node-scorer' (the '{cfg.ppo.policy}' network has one estate's shape)"
+        )
+    lists = [
+        k
+        for k in ("region_load", "region_price", "region_carbon", "region_outage")
+        if list(cfg.world[k])
+    ]
+    if lists:
+        raise ConfigError(
+            f"{source}: world.{lists[0]} is not allowed with world.region_estates of "
+            "different shapes; expected [] (it describes the shared estate's regions)"
         )
 
 

@@ -15,7 +15,7 @@ import numpy as np
 from scipy.special import stdtrit
 
 from fedmc_flwr import seeds as seed_spaces
-from fedmc_flwr.config import ExperimentConfig
+from fedmc_flwr.config import ExperimentConfig, region_world
 from fedmc_flwr.policies.base import PolicyFactory
 from fedmc_flwr.sim.world import METRIC_NAMES, MultiCloudSim
 
@@ -250,7 +250,7 @@ def evaluate(
     steps = cfg.eval.steps if steps is None else steps
     seeds = heldout_seeds(cfg, region)
     phases = seed_spaces.heldout_phases(len(seeds))
-    sim = MultiCloudSim(cfg.world, cfg.reward, np.full(len(seeds), region))
+    sim = MultiCloudSim(region_world(cfg.world, region), cfg.reward, np.full(len(seeds), region))
     policy = make_policy(sim)
     sim.reset(seeds, phases=phases)
     reward_sum, metric_sum, latencies = rollout(sim, policy.act, steps)

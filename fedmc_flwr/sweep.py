@@ -38,7 +38,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from tqdm import tqdm
 
-from fedmc_flwr.config import ConfigError, ExperimentConfig, load_config
+from fedmc_flwr.config import ConfigError, ExperimentConfig, load_config, shares_one_estate
 from fedmc_flwr.results import (
     PER_SEED_COLUMNS,
     PER_SEED_FILE,
@@ -421,12 +421,16 @@ def main(config: Path, baseline: str | None, summary_only: bool, jobs: int = 1) 
         return 1
     try:
         paths = summarise_sweep(sweep, baseline)
-        paths += summarise_arena(sweep, complete_seeds(sweep), baseline or sweep.baseline)
+        if shares_one_estate(sweep.cells[0].cfg):
+            paths += summarise_arena(sweep, complete_seeds(sweep), baseline or sweep.baseline)
+        else:
+            print("fedmc: sweep: no arena: the regions' estates differ (world.region_estates)")
     except ReportError as exc:
         print(f"fedmc: sweep: {exc}", file=sys.stderr)
         return 2
     for path in paths:
         print(path)
-    print((sweep.out_dir / "summary.md").read_text())
-    print((sweep.out_dir / "arena.md").read_text())
+    for summary in paths:
+        if summary.suffix == ".md":
+            print(summary.read_text())
     return 0

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from fedmc_flwr.baselines import evaluate_dispatchers, format_table, summary_rows
-from fedmc_flwr.config import ExperimentConfig, to_yaml
+from fedmc_flwr.config import ConfigError, ExperimentConfig, shares_one_estate, to_yaml
 from fedmc_flwr.evaluation import EvalResult, evaluate, per_seed_rows
 from fedmc_flwr.policies.ppo import ROUND_METRICS, PPOLearner
 from fedmc_flwr.results import TIMING_COLUMNS, MetricsWriter, experiment_dir, per_seed_writer
@@ -72,6 +72,11 @@ def train(cfg: ExperimentConfig, mode: str, *, overwrite: bool = True) -> Path:
     results."""
     if mode not in MODES:
         raise ValueError(f"unknown training mode {mode!r}; expected one of {MODES}")
+    if mode == "centralised" and not shares_one_estate(cfg):
+        raise ConfigError(
+            f"{cfg.name}: centralised PPO runs one learner in one estate; "
+            "world.region_estates gives the regions estates of different shapes"
+        )
     policy = f"ppo-{mode}"
     out = experiment_dir(cfg.results_dir, f"{cfg.name}-{mode}", overwrite=overwrite)
     (out / "config.yaml").write_text(to_yaml(cfg))

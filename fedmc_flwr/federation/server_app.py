@@ -59,10 +59,10 @@ def experiment_config(run_config: dict[str, Scalar]) -> ExperimentConfig:
 
 
 def initial_weights(cfg: ExperimentConfig) -> list[np.ndarray]:
-    """Round 1's global weights: a fresh learner of all regions, seeded by the experiment."""
-    return PPOLearner(
-        cfg, list(range(cfg.world.regions)), seed=learner_seed(cfg.seed)
-    ).get_weights()
+    """Round 1's global weights: a fresh learner seeded by the experiment. Its network
+    does not depend on which regions it would train on (region 0's estate serves, also
+    when the regions' estates differ), and its statistics are still empty."""
+    return PPOLearner(cfg, [0], seed=learner_seed(cfg.seed)).get_weights()
 
 
 def server_fn(context: Context) -> ServerAppComponents:

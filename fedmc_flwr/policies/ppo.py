@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedmc_flwr.config import ExperimentConfig, PPOConfig
+from fedmc_flwr.config import ExperimentConfig, PPOConfig, learner_world
 from fedmc_flwr.policies.moments import MOMENT_ARRAYS, Moments
 from fedmc_flwr.policies.networks import MASKED_LOGIT, ActorCritic, build_network
 from fedmc_flwr.policies.normalisers import ObservationNorm, RunningNorm
@@ -165,7 +165,7 @@ class PPOLearner:
         self.cfg = cfg
         self.ppo = cfg.ppo
         ingress = np.array([regions[k % len(regions)] for k in range(cfg.ppo.num_envs)])
-        self.sim = MultiCloudSim(cfg.world, cfg.reward, ingress)
+        self.sim = MultiCloudSim(learner_world(cfg.world, regions), cfg.reward, ingress)
         self.seed = seed
         torch_seed = _torch_seed(seed)
         self.generator = torch.Generator().manual_seed(torch_seed)
