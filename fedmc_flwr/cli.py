@@ -58,6 +58,13 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--overwrite", action="store_true", help="replace the results of an earlier run"
     )
+    transfer = sub.add_parser(
+        "transfer", help="a trained node-scorer, unchanged, on another estate (--config)"
+    )
+    _add_config_args(transfer)
+    transfer.add_argument(
+        "--checkpoint", type=Path, required=True, help="a run's checkpoints/round_NNN.npz"
+    )
     run = sub.add_parser("run", help="federated training through Flower's simulation engine")
     _add_run_args(run)
     deploy = sub.add_parser(
@@ -190,6 +197,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             from fedmc_flwr.training import train
 
             train(cfg, args.mode, overwrite=args.overwrite)
+        elif args.command == "transfer":
+            cfg = _config(args)
+            from fedmc_flwr.transfer import run_transfer
+
+            run_transfer(args.checkpoint, cfg)
         elif args.command in ("run", "deploy"):
             return _run(args)
         elif args.command == "credentials":

@@ -1,0 +1,64 @@
+"""`fedmc transfer`: a trained policy, unchanged, on another estate beside its dispatchers.
+
+A node scorer's parameters and statistics do not depend on the estate's size, so the
+global weights of a run on small_demo act as they are on 10 x 20 or 20 x 50 nodes. The
+policy is judged on the target estate's held-out worlds, next to every dispatcher there,
+and written as `per_seed.csv` (the schema `fedmc report` pairs). One folder per trained
+run, `<target>-transfer-<source>`: `fedmc report` over the folders of several training
+seeds gives the paired intervals over seeds and worlds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from fedmc_flwr.baselines import evaluate_dispatchers, format_table, summary_rows
+from fedmc_flwr.config import ConfigError, ExperimentConfig, load_config, to_yaml
+from fedmc_flwr.evaluation import evaluate, per_seed_rows
+from fedmc_flwr.export import ExportError, checkpoint_config, read_checkpoint
+from fedmc_flwr.policies.ppo import PPOLearner
+from fedmc_flwr.results import experiment_dir, per_seed_writer
+from fedmc_flwr.sim.signals import region_catalogue
+
+POLICY = "ppo-transfer"
+"""The transferred policy's name in the tables."""
+
+
+def transferred_config(source: ExperimentConfig, target: ExperimentConfig) -> ExperimentConfig:
+    """The target estate and its evaluation, with the source run's network (kind and size)."""
+    ppo = dataclasses.replace(
+        target.ppo, policy=source.ppo.policy, hidden_size=source.ppo.hidden_size
+    )
+    return dataclasses.replace(target, ppo=ppo)
+
+
+def run_transfer(checkpoint: Path, target: ExperimentConfig) -> Path:
+    """Judge the checkpoint's global policy on `target`'s held-out worlds, beside every
+    dispatcher; write `per_seed.csv` and the config; return the folder."""
+    try:
+        weights = read_checkpoint(checkpoint)
+    except ExportError as exc:
+        raise ConfigError(str(exc)) from None
+    source = load_config(checkpoint_config(checkpoint))
+    cfg = transferred_config(source, target)
+    learner = PPOLearner(cfg, [0], seed=0)
+    try:
+        learner.set_weights(weights)
+    except ValueError as exc:
+        raise ConfigError(
+            f"{checkpoint}: its {source.ppo.policy} network does not fit {cfg.name}'s estate "
+            f"({exc}); only a node-scorer moves between estates"
+        ) from None
+    policy = learner.policy(POLICY)
+    out = experiment_dir(cfg.results_dir, f"{cfg.name}-transfer-{source.name}")
+    (out / "config.yaml").write_text(to_yaml(cfg))
+    regions = range(cfg.world.regions)
+    results = [evaluate(lambda sim: policy, cfg, r) for r in regions]
+    results += evaluate_dispatchers(cfg)
+    names = [region.name for region in region_catalogue(cfg.world.regions)]
+    key = {"experiment": cfg.name, "train_seed": source.seed, "round": 0, "train_steps": 0}
+    per_seed_writer(out).write(per_seed_rows(results, names, **key))
+    print(format_table(summary_rows(results, names)))
+    print(f"wrote {out / 'per_seed.csv'}")
+    return out

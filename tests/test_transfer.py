@@ -1,0 +1,80 @@
+"""A node scorer trained on one estate, judged unchanged on another beside its dispatchers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from fedmc_flwr.cli import main
+from fedmc_flwr.config import ConfigError, ExperimentConfig, PPOConfig, WorldConfig, to_yaml
+from fedmc_flwr.evaluation import evaluate
+from fedmc_flwr.export import read_checkpoint
+from fedmc_flwr.federation.recorder import checkpoint
+from fedmc_flwr.policies.ppo import PPOLearner
+from fedmc_flwr.sim.signals import region_catalogue
+from fedmc_flwr.transfer import POLICY, run_transfer
+
+TARGET = WorldConfig(regions=4, nodes_per_region=5)
+
+
+def trained_run(folder: Path, policy: str) -> Path:
+    """A briefly trained 2 x 3 learner's weights, checkpointed as a federated run's."""
+    torch.set_num_threads(1)
+    cfg = ExperimentConfig(
+        name=f"source-{policy}",
+        world=WorldConfig(regions=2, nodes_per_region=3),
+        ppo=PPOConfig(num_envs=8, rollout_steps=32, num_minibatches=2, policy=policy),
+    )
+    learner = PPOLearner(cfg, [0, 1], seed=3)
+    learner.train_round(64)
+    (folder / "config.yaml").write_text(to_yaml(cfg))
+    path = folder / "checkpoints" / "round_001.npz"
+    checkpoint(path, learner.get_weights())
+    return path
+
+
+def target_config(results: Path) -> ExperimentConfig:
+    cfg = ExperimentConfig(name="target", world=TARGET, results_dir=str(results))
+    cfg.eval.seeds, cfg.eval.steps = 3, 100
+    return cfg
+
+
+def test_a_node_scorer_acts_unchanged_on_a_bigger_estate(tmp_path: Path) -> None:
+    """Trained on 2 x 3 nodes, judged on 4 x 5 beside every dispatcher: each of its
+    per-world rewards is what the same weights earn on that estate's held-out worlds."""
+    ckpt = trained_run(tmp_path, "node-scorer")
+    target = target_config(tmp_path / "results")
+    rows = pd.read_csv(run_transfer(ckpt, target) / "per_seed.csv")
+    assert set(rows.policy) >= {POLICY, "sed", "two-tier", "myopic-oracle"}
+    assert (rows.groupby("policy").size() == 4 * 3).all()  # 4 regions x 3 worlds each
+    learner = PPOLearner(
+        ExperimentConfig(world=TARGET, ppo=PPOConfig(policy="node-scorer")), [0], seed=0
+    )
+    learner.set_weights(read_checkpoint(ckpt))
+    policy = learner.policy(POLICY)
+    expected = evaluate(lambda sim: policy, target, 3)
+    got = rows[(rows.policy == POLICY) & (rows.client == region_catalogue(4)[3].name)]
+    np.testing.assert_array_equal(got.eval_seed.to_numpy(), expected.eval_seeds)
+    np.testing.assert_allclose(got.reward.to_numpy(), expected.per_seed_reward, rtol=1e-12)
+
+
+def test_a_flat_mlp_cannot_move_and_says_so(tmp_path: Path) -> None:
+    ckpt = trained_run(tmp_path, "mlp")
+    with pytest.raises(ConfigError, match="only a node-scorer moves"):
+        run_transfer(ckpt, target_config(tmp_path / "results"))
+
+
+def test_cli_transfer_and_its_one_line_errors(tmp_path: Path, capsys) -> None:
+    ckpt = trained_run(tmp_path, "node-scorer")
+    target = tmp_path / "target.yaml"
+    target.write_text(to_yaml(target_config(tmp_path / "results")))
+    assert main(["transfer", "--checkpoint", str(ckpt), "--config", str(target)]) == 0
+    capsys.readouterr()
+    assert (
+        main(["transfer", "--checkpoint", str(tmp_path / "no.npz"), "--config", str(target)]) == 2
+    )
+    assert capsys.readouterr().err.count("\n") == 1
