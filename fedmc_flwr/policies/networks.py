@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from fedmc_flwr.sim.layout import GLOBAL_WIDTH, NODE_WIDTH
 
@@ -94,9 +95,16 @@ class NodeScorer(ActorCritic):
         self.critic_head = _mlp(hidden, hidden, 1, 1.0)
 
     def _scores(self, rows: torch.Tensor) -> torch.Tensor:
+        """The head on `[embedding, context]` per node, its first layer split in two: the
+        context's half is the same for every node of an estate, so it is computed once
+        per estate and added, not once per node (the same weights; about a fifth fewer
+        multiply-adds than the concatenation, whose result it equals up to rounding)."""
         embedding = self.actor_encoder(rows)
-        context = embedding.mean(dim=1, keepdim=True).expand_as(embedding)
-        return self.actor_head(torch.cat([embedding, context], dim=-1)).squeeze(-1)
+        first = self.actor_head[0]
+        hidden = embedding.shape[-1]
+        own = F.linear(embedding, first.weight[:, :hidden], first.bias)
+        shared = F.linear(embedding.mean(dim=1, keepdim=True), first.weight[:, hidden:])
+        return self.actor_head[1:](own + shared).squeeze(-1)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         rows = node_rows(obs)
