@@ -33,6 +33,7 @@ from fedmc_flwr.policies.networks import (
     build_network,
 )
 from fedmc_flwr.policies.normalisers import OBS_CLIP, ObservationNorm
+from fedmc_flwr.policies.ppo import weights_of_state
 from fedmc_flwr.sim.layout import GLOBAL_WIDTH, NODE_WIDTH, ObsLayout
 from fedmc_flwr.sim.signals import build_spec
 
@@ -45,14 +46,19 @@ class ExportError(ValueError):
 
 
 def read_checkpoint(path: Path) -> list[np.ndarray]:
-    """The `w000, w001, ...` arrays of a federated checkpoint, in order."""
+    """The policy's arrays (`PPOLearner.get_weights`' layout) from a federated checkpoint
+    (`w000, w001, ...`) or a saved learner (`fedmc train`'s `checkpoints/<policy>.npz`)."""
     if not path.is_file():
         raise ExportError(f"{path}: no such checkpoint")
     with np.load(path, allow_pickle=False) as data:
         keys = sorted(k for k in data.files if k.startswith("w") and k[1:].isdigit())
-        if not keys:
-            raise ExportError(f"{path}: not a federated checkpoint (no w000, w001, ... arrays)")
-        return [data[k] for k in keys]
+        if keys:
+            return [data[k] for k in keys]
+        if "param.0" in data.files:
+            return weights_of_state({k: data[k] for k in data.files})
+    raise ExportError(
+        f"{path}: not a checkpoint (neither w000, w001, ... arrays nor a saved learner)"
+    )
 
 
 def checkpoint_config(checkpoint: Path) -> Path:

@@ -21,8 +21,9 @@ from fedmc_flwr.transfer import POLICY, run_transfer
 TARGET = WorldConfig(regions=4, nodes_per_region=5)
 
 
-def trained_run(folder: Path, policy: str) -> Path:
-    """A briefly trained 2 x 3 learner's weights, checkpointed as a federated run's."""
+def trained_run(folder: Path, policy: str, saved_learner: bool = False) -> Path:
+    """A briefly trained 2 x 3 learner's weights, checkpointed as a federated run's, or
+    the learner saved as `fedmc train` saves it."""
     torch.set_num_threads(1)
     cfg = ExperimentConfig(
         name=f"source-{policy}",
@@ -31,7 +32,12 @@ def trained_run(folder: Path, policy: str) -> Path:
     )
     learner = PPOLearner(cfg, [0, 1], seed=3)
     learner.train_round(64)
+    folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.yaml").write_text(to_yaml(cfg))
+    if saved_learner:
+        path = folder / "checkpoints" / "ppo-centralised.npz"
+        learner.save(path)
+        return path
     path = folder / "checkpoints" / "round_001.npz"
     checkpoint(path, learner.get_weights())
     return path
@@ -78,3 +84,15 @@ def test_cli_transfer_and_its_one_line_errors(tmp_path: Path, capsys) -> None:
         main(["transfer", "--checkpoint", str(tmp_path / "no.npz"), "--config", str(target)]) == 2
     )
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_a_saved_learner_transfers_as_its_weights_do(tmp_path: Path) -> None:
+    federated = run_transfer(
+        trained_run(tmp_path / "a", "node-scorer"), target_config(tmp_path / "ra")
+    )
+    saved = run_transfer(
+        trained_run(tmp_path / "b", "node-scorer", saved_learner=True),
+        target_config(tmp_path / "rb"),
+    )
+    a, b = (pd.read_csv(out / "per_seed.csv") for out in (federated, saved))
+    np.testing.assert_array_equal(a.reward.to_numpy(), b.reward.to_numpy())
