@@ -41,7 +41,7 @@ region's is exactly `world.load`, the others' lower (bursts and the daily cycle 
 
 Joint arena (`joint=True`). Every region's workload arrives at the same estate at once:
 the arrival processes are superposed and each job belongs to the region it arrived at
-(`ingress[b]` is updated per job, and so is the observation's ingress one-hot), which is
+(`ingress[b]` is updated per job, and with it each node's `rtt` and `local` features), which is
 what a deployment of one policy per region meets. Each region's rate is scaled by the same
 factor, so that together they offer the estate `world.load`, what the busiest region
 offers alone; at their own rates the regions would overload it (small_demo's sum to 1.81).
