@@ -47,9 +47,12 @@ plots: setup
 # interrupted `make results` continues; `make report` summarises without running anything.
 SWEEPS ?= default fedprox_balanced fedprox_busy_region fedprox_skewed_prices_carbon \
 	fedprox_outages
+# Two cells at once fill a 2-core machine (a federated cell leaves one core idle half of
+# each round); the cells' results do not depend on it.
+JOBS ?= 2
 
 results: setup
-	for s in $(SWEEPS); do $(BIN)/fedmc sweep --config conf/sweeps/$$s.yaml || exit 1; done
+	for s in $(SWEEPS); do $(BIN)/fedmc sweep --config conf/sweeps/$$s.yaml --jobs $(JOBS) || exit 1; done
 	$(BIN)/fedmc plot results/sweeps/default
 
 report: setup
