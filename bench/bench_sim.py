@@ -3,9 +3,9 @@
 Batches of B = 1, 64, 1024 and 4096 worlds on small_demo and on a 20 x 100 estate, on one
 thread (every learner's default) and on all cores, each timed warm (the kernel compiled
 before the clock starts) over several repetitions, the median reported. In the same run,
-the parallel kernel held to one thread: on this machine it steps more envs per CPU second
-than the serial kernel, but its idle OpenMP worker spins after every call, so sims on one
-thread use the serial kernel (the gap is the `parallel_1_thread` row). Actions are valid,
+the parallel kernel held to one thread, the reference for the serial kernel's speed per
+thread (its idle OpenMP worker spins after every call, so sims on one thread use the
+serial kernel; the `parallel_1_thread` row shows what that costs or saves). Actions are valid,
 as a policy sends them: a uniformly random valid node per env, chosen outside the clock
 from noise drawn beforehand, so the figure is the world's cost alone (a masked action would
 take the worst-node path, which no trained policy takes). Also in the same run, the

@@ -541,7 +541,7 @@ def _step_env(
     _observe(b, t[b], clock, count, down_until, ingress, obs_out, mask_out, statics, ring_size)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def step_kernel(
     actions,
     t,
@@ -573,6 +573,13 @@ def step_kernel(
     anywhere (see the module docstring). One thread: on several threads the parallel
     kernel's idle OpenMP workers spin after each call, which on a busy machine steals the
     CPU from the learner's work between steps.
+
+    Compiled without numba's reference counting (`_nrt=False`, which numba's own parfor
+    bodies also run without): the kernel allocates nothing, but with it every env's
+    iteration paid atomic increments and decrements for the arrays its inlined helpers
+    unpack and pass on, which made this loop about 3x slower per env than the same body
+    under `prange` (bench/bench_sim.py's `parallel_1_thread` row). The two kernels give
+    the same worlds bit for bit.
     """
     for b in range(actions.shape[0]):
         _step_env(
