@@ -28,6 +28,7 @@ NAMES = [
     "sed",
     "cheapest-region",
     "greenest-region",
+    "myopic-expected",
     "myopic-oracle",
 ]
 
@@ -175,6 +176,28 @@ def test_myopic_oracle_takes_the_cheapest_immediate_cost(
     actions = DISPATCHERS["myopic-oracle"](sim).act(sim.obs, sim.mask)
     costs = sim.dispatch_costs()
     np.testing.assert_array_equal(costs[np.arange(6), actions], costs.min(axis=1))
+
+
+def test_myopic_expected_reads_no_hidden_state(small_demo: ExperimentConfig, rollout) -> None:
+    """The same observable state with other job sizes and backlogs: the same costs and
+    actions, where the oracle's costs move; and a mean-size job behind empty queues costs
+    what the oracle says it costs."""
+    sim = MultiCloudSim(small_demo.world, small_demo.reward, np.arange(6) % 3)
+    rollout(sim, DISPATCHERS["jsq"](sim), np.arange(6), 200)
+    expected, oracle = sim.expected_dispatch_costs(), sim.dispatch_costs()
+    actions = DISPATCHERS["myopic-expected"](sim, seed=3).act(sim.obs, sim.mask)
+    np.testing.assert_array_equal(expected[np.arange(6), actions], expected.min(axis=1))
+    sim.size *= 3.0
+    sim.backlog *= 0.5
+    np.testing.assert_array_equal(sim.expected_dispatch_costs(), expected)
+    np.testing.assert_array_equal(
+        DISPATCHERS["myopic-expected"](sim, seed=3).act(sim.obs, sim.mask), actions
+    )
+    assert not np.array_equal(sim.dispatch_costs(), oracle)
+    sim.size[:] = sim.spec.mean_service_s
+    sim.backlog[:] = 0.0
+    sim.count[:] = 0
+    np.testing.assert_allclose(sim.expected_dispatch_costs(), sim.dispatch_costs())
 
 
 def _latencies(cfg: ExperimentConfig, world: WorldConfig, names: list[str], rollout) -> dict:

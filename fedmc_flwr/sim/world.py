@@ -368,16 +368,19 @@ class MultiCloudSim:
         It reads the hidden state (the job's true size, the exact backlog): only the
         myopic oracle, a reference and not a learner, may use it.
         """
+        return self._dispatch_costs(self.size, self.backlog)
+
+    def expected_dispatch_costs(self) -> np.ndarray:
+        """[B, A] the same cost as the observation can know it: a job of mean size behind
+        `queue` jobs of mean size each, no hidden state. Beside `dispatch_costs` it splits
+        the myopic oracle's lead into what it knows (sizes, backlogs) and what it weighs."""
+        mean = self.spec.mean_service_s
+        return self._dispatch_costs(np.full(self.num_envs, mean), self.count * mean)
+
+    def _dispatch_costs(self, size: np.ndarray, backlog: np.ndarray) -> np.ndarray:
         out = np.empty((self.num_envs, self.num_actions))
         kernel.dispatch_cost_kernel(
-            self.clock,
-            self.backlog,
-            self.count,
-            self.size,
-            self.ingress,
-            self.mask,
-            out,
-            self._statics,
+            self.clock, backlog, self.count, size, self.ingress, self.mask, out, self._statics
         )
         return out
 
