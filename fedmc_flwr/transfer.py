@@ -33,6 +33,16 @@ def transferred_config(source: ExperimentConfig, target: ExperimentConfig) -> Ex
     return dataclasses.replace(target, ppo=ppo)
 
 
+def trained_rounds(checkpoint: Path, source: ExperimentConfig) -> int:
+    """The rounds behind the weights: `round_NNN.npz` says so; a saved learner has run
+    its config's rounds. Its rows carry that round (not round 0, a dispatcher's), so
+    `fedmc report` pairs the transfers of several training seeds as one learner."""
+    stem = checkpoint.stem
+    if stem.startswith("round_") and stem[6:].isdigit():
+        return int(stem[6:])
+    return source.train.rounds
+
+
 def run_transfer(checkpoint: Path, target: ExperimentConfig) -> Path:
     """Judge the checkpoint's global policy on `target`'s held-out worlds, beside every
     dispatcher; write `per_seed.csv` and the config; return the folder."""
@@ -54,11 +64,15 @@ def run_transfer(checkpoint: Path, target: ExperimentConfig) -> Path:
     out = experiment_dir(cfg.results_dir, f"{cfg.name}-transfer-{source.name}")
     (out / "config.yaml").write_text(to_yaml(cfg))
     regions = range(cfg.world.regions)
-    results = [evaluate(lambda sim: policy, cfg, r) for r in regions]
-    results += evaluate_dispatchers(cfg)
+    transferred = [evaluate(lambda sim: policy, cfg, r) for r in regions]
+    dispatchers = evaluate_dispatchers(cfg)
     names = [region.name for region in region_catalogue(cfg.world.regions)]
-    key = {"experiment": cfg.name, "train_seed": source.seed, "round": 0, "train_steps": 0}
-    per_seed_writer(out).write(per_seed_rows(results, names, **key))
-    print(format_table(summary_rows(results, names)))
+    rounds = trained_rounds(checkpoint, source)
+    steps = rounds * source.train.steps_per_round * source.ppo.num_envs * source.world.regions
+    key = {"experiment": cfg.name, "train_seed": source.seed}
+    rows = per_seed_rows(transferred, names, **key, round=rounds, train_steps=steps)
+    rows += per_seed_rows(dispatchers, names, **key, round=0, train_steps=0)
+    per_seed_writer(out).write(rows)
+    print(format_table(summary_rows([*transferred, *dispatchers], names)))
     print(f"wrote {out / 'per_seed.csv'}")
     return out

@@ -21,16 +21,17 @@ from fedmc_flwr.transfer import POLICY, run_transfer
 TARGET = WorldConfig(regions=4, nodes_per_region=5)
 
 
-def trained_run(folder: Path, policy: str, saved_learner: bool = False) -> Path:
+def trained_run(folder: Path, policy: str, saved_learner: bool = False, seed: int = 0) -> Path:
     """A briefly trained 2 x 3 learner's weights, checkpointed as a federated run's, or
     the learner saved as `fedmc train` saves it."""
     torch.set_num_threads(1)
     cfg = ExperimentConfig(
-        name=f"source-{policy}",
+        name=f"source-{policy}-s{seed}",
+        seed=seed,
         world=WorldConfig(regions=2, nodes_per_region=3),
         ppo=PPOConfig(num_envs=8, rollout_steps=32, num_minibatches=2, policy=policy),
     )
-    learner = PPOLearner(cfg, [0, 1], seed=3)
+    learner = PPOLearner(cfg, [0, 1], seed=seed)
     learner.train_round(64)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.yaml").write_text(to_yaml(cfg))
@@ -96,3 +97,23 @@ def test_a_saved_learner_transfers_as_its_weights_do(tmp_path: Path) -> None:
     )
     a, b = (pd.read_csv(out / "per_seed.csv") for out in (federated, saved))
     np.testing.assert_array_equal(a.reward.to_numpy(), b.reward.to_numpy())
+
+
+def test_transfers_of_two_training_seeds_pair_as_one_learner(tmp_path: Path, capsys) -> None:
+    """Each transfer's rows carry its checkpoint's round and steps, so `fedmc report` over
+    the folders sees one learner with two training seeds beside the shared dispatchers."""
+    folders = [
+        run_transfer(
+            trained_run(tmp_path / f"s{seed}", "node-scorer", seed=seed),
+            target_config(tmp_path / "results"),
+        )
+        for seed in (0, 1)
+    ]
+    rows = pd.read_csv(folders[0] / "per_seed.csv")
+    mine = rows[rows.policy == POLICY]
+    assert set(mine["round"]) == {1} and set(mine.train_steps) == {2000 * 8 * 2}
+    assert set(rows[rows.policy == "sed"]["round"]) == {0}
+    capsys.readouterr()
+    assert main(["report", *map(str, folders), "--baseline", "sed"]) == 0
+    line = next(r for r in capsys.readouterr().out.splitlines() if r.startswith(POLICY))
+    assert line.split()[1] == "2"  # training seeds
