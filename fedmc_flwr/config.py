@@ -64,6 +64,15 @@ class WorldConfig:
     """Job size distribution: 'exponential' or 'pareto' (heavy-tailed)."""
     pareto_alpha: float = 1.5
     """Shape of the Pareto job sizes (used when job_size is 'pareto')."""
+    declared_size: bool = False
+    """Each job declares its size (its service time at speed 1.0, what a resource request
+    or a runtime estimate tells a scheduler), and the observation's `expected_delay` prices
+    the waiting job at it; False: the dispatcher knows only the mean job. Of the
+    dispatchers, myopic-expected uses it; SED and the greedy ones keep their classic
+    rules (a mean job)."""
+    declared_size_error: float = 0.0
+    """Sigma of the mean-one log-normal error of each declaration: 0 declares the true
+    size, 0.5 is off by a factor of 1.6 or more about a third of the time. Needs declared_size."""
     load: float = 0.7
     """Mean offered load of the busiest ingress region's jobs, as a fraction of the estate's
     spare capacity (the other regions are lighter, down to about 0.77 of it). Below 1 every
@@ -317,6 +326,7 @@ _RANGES: dict[str, _Check] = {
     "world.mean_service_ms": (_positive, "a number > 0"),
     "world.job_size": (lambda v: v in ("exponential", "pareto"), "'exponential' or 'pareto'"),
     "world.pareto_alpha": (lambda v: v > 1, "a number > 1 (finite mean)"),
+    "world.declared_size_error": (lambda v: 0 <= v <= 3, "a number from 0 to 3"),
     "world.load": (_unit_open, "a number in (0, 1)"),
     "world.background_load": (_unit_half_open, "a number in [0, 1)"),
     "world.diurnal_period_s": (_positive, "a number > 0"),
@@ -473,6 +483,11 @@ def _check_ranges(cfg: DictConfig, source: str) -> None:
         raise ConfigError(
             f"{source}: world.queue_threshold = {cfg.world.queue_threshold} is not allowed; "
             f"expected less than world.queue_capacity ({cfg.world.queue_capacity})"
+        )
+    if cfg.world.declared_size_error > 0 and not cfg.world.declared_size:
+        raise ConfigError(
+            f"{source}: world.declared_size_error = {cfg.world.declared_size_error} is not "
+            "allowed without declarations; set world.declared_size: true (or the error to 0)"
         )
     _check_region_lists(cfg, source)
     _check_region_estates(cfg, source)

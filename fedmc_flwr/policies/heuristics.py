@@ -148,7 +148,8 @@ class PowerOfTwoPolicy(_Dispatcher):
 
 class SEDPolicy(_Dispatcher):
     """Shortest expected delay: min over valid nodes of RTT(ingress, region) +
-    (queue + 1) * mean_service / (speed * (1 - background share))."""
+    (queue + 1) * mean_service / (speed * (1 - background share)): the classic rule, a
+    mean job even where jobs declare their sizes (`world.declared_size`)."""
 
     name = "sed"
 
@@ -230,10 +231,11 @@ class MyopicOraclePolicy:
 
 class MyopicExpectedPolicy(_Dispatcher):
     """The myopic oracle's rule on what the observation holds: the least immediate
-    weighted cost (latency, SLO violation, cost, carbon) for a job of mean size behind
-    `queue` mean-size jobs (`sim.expected_dispatch_costs()`), ties broken at random. A
-    fair competitor: what a myopic learner can reach, so its gap to the oracle is the
-    worth of the hidden sizes and backlogs, and a learner's lead over it is foresight."""
+    weighted cost (latency, SLO violation, cost, carbon) for a job of mean size, or of its
+    declared size with `world.declared_size`, behind `queue` mean-size jobs
+    (`sim.expected_dispatch_costs()`), ties broken at random. A fair competitor: what a
+    myopic learner can reach, so its gap to the oracle is the worth of the hidden sizes
+    and backlogs, and a learner's lead over it is foresight."""
 
     name = "myopic-expected"
 

@@ -68,6 +68,8 @@ def observation_space(sim: MultiCloudSim) -> spaces.Box:
     worst_delay = spec.rtt_s.max() + (spec.hard_capacity + 1) * spec.mean_service_s / (
         spec.speed * (1.0 - _MAX_BACKGROUND)
     )  # the hard capacity at the slowest moment, from the farthest ingress
+    if spec.declared_size:  # a declared job may be of any size
+        worst_delay = np.full(sim.num_actions, np.inf)
     node_bounds = {
         "queue": (zero, one * spec.hard_capacity),
         "up": (zero, one),

@@ -85,8 +85,10 @@ REGION_ROWS = 11
     QUEUE_CAPACITY,
     WARMUP_JOBS,
     JOINT,
-) = range(21)
-SCALARS = 21
+    DECLARED_SIZE,
+    DECLARED_ERROR,
+) = range(23)
+SCALARS = 23
 
 # columns of the per-step metrics array
 LATENCY_MS, SLO_VIOLATION, COST_USD, CARBON_G, ENERGY_KWH = range(5)
@@ -97,6 +99,8 @@ _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 _S30, _S27, _S31, _S11 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(11)
 _INV_2_53 = 1.0 / 9007199254740992.0
+_SALT_RADIUS = np.uint64(0xD1B54A32D192ED03)  # two odd words for the side draws
+_SALT_ANGLE = np.uint64(0x8CB92BA72F3D8DD7)
 
 
 @njit(cache=True, inline="always")
@@ -129,6 +133,26 @@ def _job_size(rng, b, p):
         scale = p[MEAN_SERVICE] * (alpha - 1.0) / alpha
         return scale * u ** (-1.0 / alpha)
     return -p[MEAN_SERVICE] * math.log(u)
+
+
+@njit(cache=True, inline="always")
+def _side_uniform(rng, b, salt):
+    """A uniform in (0, 1) read beside env b's stream without advancing it: a function of
+    the stream's state and `salt` alone, so drawing it changes no later draw."""
+    return ((_mix(rng[b] ^ salt) >> _S11) + 0.5) * _INV_2_53
+
+
+@njit(cache=True, inline="always")
+def _declare(rng, b, p, size):
+    """The size a job declares: its true size times a mean-one log-normal error of sigma
+    `p[DECLARED_ERROR]` (Box-Muller from two side draws, so the jobs, arrivals and
+    outages of a world are the same whatever its declarations)."""
+    sigma = p[DECLARED_ERROR]
+    if sigma <= 0.0:
+        return size
+    radius = math.sqrt(-2.0 * math.log(_side_uniform(rng, b, _SALT_RADIUS)))
+    z = radius * math.cos(2.0 * math.pi * _side_uniform(rng, b, _SALT_ANGLE))
+    return size * math.exp(sigma * z - 0.5 * sigma * sigma)
 
 
 @njit(cache=True, inline="always")
@@ -186,8 +210,12 @@ def _weighted_cost(p, latency, violation, cost, carbon):
 
 
 @njit(cache=True, inline="always")
-def _observe(b, t, clock, count, down_until, ingress, obs, mask, statics, ring_size):
-    """Write env b's observation (the rows of `layout.py`) and mask (fallbacks: see above)."""
+def _observe(b, t, clock, count, down_until, ingress, declared, obs, mask, statics, ring_size):
+    """Write env b's observation (the rows of `layout.py`) and mask (fallbacks: see above).
+
+    The expected delay prices the waiting job as a mean job, or at its declared size when
+    jobs declare theirs (`p[DECLARED_SIZE]`); the undeclared formula is kept as it was so
+    that worlds without declarations stay the same bit for bit."""
     speed, power, price_mult, _, reg, rtt, p, per_region = statics
     n_nodes = count.shape[1]
     capacity = p[QUEUE_CAPACITY]
@@ -206,12 +234,14 @@ def _observe(b, t, clock, count, down_until, ingress, obs, mask, statics, ring_s
         for n in range(n_nodes):
             mask[b, n] = down_until[b, n] <= t
     i = ingress[b]
+    declares = p[DECLARED_SIZE] > 0.0
     for r in range(reg.shape[1]):  # nodes are numbered region by region
         day = _local_day(reg, r, s, c)
         price = reg[PRICE_MEAN, r] * (1.0 + reg[PRICE_SWING, r] * day)
         carbon = reg[CARBON_MEAN, r] * (1.0 - reg[CARBON_SWING, r] * day)
         background = _background(reg, r, s, c)
         busy = p[MEAN_SERVICE] / (1.0 - background)
+        job = declared[b] / (1.0 - background)
         link = rtt[i, r]
         local = 1.0 if r == i else 0.0
         for n in range(r * per_region, (r + 1) * per_region):
@@ -219,7 +249,10 @@ def _observe(b, t, clock, count, down_until, ingress, obs, mask, statics, ring_s
             queue = count[b, n]
             obs[b, o + QUEUE] = queue
             obs[b, o + UP] = 1.0 if down_until[b, n] <= t else 0.0
-            obs[b, o + EXPECTED_DELAY] = link + (queue + 1.0) * (busy / speed[n])
+            if declares:
+                obs[b, o + EXPECTED_DELAY] = link + (queue * busy + job) / speed[n]
+            else:
+                obs[b, o + EXPECTED_DELAY] = link + (queue + 1.0) * (busy / speed[n])
             obs[b, o + PRICE] = price
             obs[b, o + CARBON] = carbon
             obs[b, o + BACKGROUND] = background
@@ -319,6 +352,7 @@ def _advance(
     rng,
     burst,
     size,
+    declared,
     ingress,
     speed,
     reg,
@@ -394,6 +428,8 @@ def _advance(
         if down_until[b, n] <= now and up > 1:  # never take the last live node down
             down_until[b, n] = now + duration
     size[b] = _job_size(rng, b, p)
+    if p[DECLARED_SIZE] > 0.0:
+        declared[b] = _declare(rng, b, p, size[b])
 
 
 @njit(cache=True)
@@ -411,6 +447,7 @@ def reset_kernel(
     rng,
     burst,
     size,
+    declared,
     ingress,
     obs,
     mask,
@@ -461,12 +498,15 @@ def reset_kernel(
                 rng,
                 burst,
                 size,
+                declared,
                 ingress,
                 speed,
                 reg,
                 p,
             )
-            _observe(b, t[b], clock, count, down_until, ingress, obs, mask, statics, ring_size)
+            _observe(
+                b, t[b], clock, count, down_until, ingress, declared, obs, mask, statics, ring_size
+            )
 
 
 @njit(cache=True, inline="always")
@@ -484,6 +524,7 @@ def _step_env(
     rng,
     burst,
     size,
+    declared,
     ingress,
     mask,
     obs_out,
@@ -533,12 +574,15 @@ def _step_env(
         rng,
         burst,
         size,
+        declared,
         ingress,
         speed,
         reg,
         p,
     )
-    _observe(b, t[b], clock, count, down_until, ingress, obs_out, mask_out, statics, ring_size)
+    _observe(
+        b, t[b], clock, count, down_until, ingress, declared, obs_out, mask_out, statics, ring_size
+    )
 
 
 @njit(cache=True, _nrt=False)
@@ -555,6 +599,7 @@ def step_kernel(
     rng,
     burst,
     size,
+    declared,
     ingress,
     mask,
     obs_out,
@@ -596,6 +641,7 @@ def step_kernel(
             rng,
             burst,
             size,
+            declared,
             ingress,
             mask,
             obs_out,
@@ -622,6 +668,7 @@ def step_kernel_parallel(
     rng,
     burst,
     size,
+    declared,
     ingress,
     mask,
     obs_out,
@@ -655,6 +702,7 @@ def step_kernel_parallel(
             rng,
             burst,
             size,
+            declared,
             ingress,
             mask,
             obs_out,

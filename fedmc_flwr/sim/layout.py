@@ -44,8 +44,9 @@ NODE_FEATURES: tuple[Feature, ...] = (
     Feature("up", "1 if the node is live, 0 during an outage", "flag", "0", "1", False),
     Feature(
         "expected_delay",
-        "RTT from the ingress + (queue + 1) mean jobs at the node's "
-        "effective speed (shortest expected delay's estimate)",
+        "RTT from the ingress + queue mean jobs and the waiting job (a mean job, or its "
+        "declared size with world.declared_size) at the node's effective speed "
+        "(shortest expected delay's estimate)",
         "s",
         "0",
         "full slowest node",

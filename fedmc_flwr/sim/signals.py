@@ -161,6 +161,10 @@ class WorldSpec:
     """Jobs the world dispatches by itself (shortest expected delay) when an episode starts."""
     pareto_alpha: float
     """0 for exponential job sizes."""
+    declared_size: bool
+    """Jobs declare their size, and the observation prices each at its declaration."""
+    declared_size_error: float
+    """Sigma of the mean-one log-normal error of a declaration (0: exact)."""
     diurnal_period_s: float
     time_varying: bool
     outage_rate: float
@@ -272,6 +276,8 @@ def build_spec(world: WorldConfig, reward: RewardWeights) -> WorldSpec:
         hard_capacity=hard_capacity(world.queue_capacity),
         warmup_jobs=world.warmup_jobs,
         pareto_alpha=world.pareto_alpha if world.job_size == "pareto" else 0.0,
+        declared_size=world.declared_size,
+        declared_size_error=world.declared_size_error,
         diurnal_period_s=world.diurnal_period_s,
         time_varying=world.time_varying,
         outage_rate=world.outage_rate,

@@ -94,6 +94,7 @@ _STATE_FIELDS = (
     "rng",
     "burst",
     "size",
+    "declared",
     "ingress",
     "obs",
     "mask",
@@ -156,6 +157,8 @@ def _pack_params(spec: WorldSpec, joint: bool) -> tuple[np.ndarray, np.ndarray]:
     p[kernel.QUEUE_CAPACITY] = spec.queue_capacity
     p[kernel.WARMUP_JOBS] = spec.warmup_jobs
     p[kernel.JOINT] = 1.0 if joint else 0.0
+    p[kernel.DECLARED_SIZE] = 1.0 if spec.declared_size else 0.0
+    p[kernel.DECLARED_ERROR] = spec.declared_size_error
     return reg, p
 
 
@@ -220,6 +223,7 @@ class MultiCloudSim:
         self.rng = np.zeros(b, dtype=np.uint64)
         self.burst = np.zeros((b, self.num_regions), dtype=np.int64)
         self.size = np.zeros(b)
+        self.declared = np.zeros(b)
         self.ingress = ingress
         self.obs = np.zeros((b, self.obs_dim), dtype=np.float32)
         self.mask = np.zeros((b, n), dtype=np.bool_)
@@ -277,6 +281,7 @@ class MultiCloudSim:
             self.rng,
             self.burst,
             self.size,
+            self.declared,
             self.ingress,
             self.obs,
             self.mask,
@@ -321,6 +326,7 @@ class MultiCloudSim:
             self.rng,
             self.burst,
             self.size,
+            self.declared,
             self.ingress,
             self.mask,
             obs,
@@ -371,11 +377,13 @@ class MultiCloudSim:
         return self._dispatch_costs(self.size, self.backlog)
 
     def expected_dispatch_costs(self) -> np.ndarray:
-        """[B, A] the same cost as the observation can know it: a job of mean size behind
-        `queue` jobs of mean size each, no hidden state. Beside `dispatch_costs` it splits
-        the myopic oracle's lead into what it knows (sizes, backlogs) and what it weighs."""
+        """[B, A] the same cost as the observation can know it: the job at its declared size
+        (`world.declared_size`; a mean job without it) behind `queue` jobs of mean size
+        each, no hidden state. Beside `dispatch_costs` it splits the myopic oracle's lead
+        into what it knows (sizes, backlogs) and what it weighs."""
         mean = self.spec.mean_service_s
-        return self._dispatch_costs(np.full(self.num_envs, mean), self.count * mean)
+        job = self.declared if self.spec.declared_size else np.full(self.num_envs, mean)
+        return self._dispatch_costs(job, self.count * mean)
 
     def _dispatch_costs(self, size: np.ndarray, backlog: np.ndarray) -> np.ndarray:
         out = np.empty((self.num_envs, self.num_actions))
@@ -390,6 +398,9 @@ class MultiCloudSim:
 
     def set_state(self, state: dict[str, np.ndarray]) -> None:
         """Resume from `get_state()` output (shapes must match this batch)."""
+        missing = [name for name in _STATE_FIELDS if name not in state]
+        if missing:
+            raise ValueError(f"state lacks {missing}: not a state of this version's world")
         for name in _STATE_FIELDS:
             current = getattr(self, name)
             value = np.asarray(state[name])
