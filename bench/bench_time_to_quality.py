@@ -1,6 +1,6 @@
 """Time to quality: training wall-clock and environment steps until a learner's greedy
-policy beats SED on validation worlds (the paired 95% CI of its reward minus SED's, over
-the same worlds, lies above 0).
+policy beats a dispatcher (`--baseline`, SED unless told) on validation worlds (the paired
+95% CI of its reward minus the dispatcher's, over the same worlds, lies above 0).
 
 Learners, each at the config's settings:
 - our centralised PPO (one learner on every region's workload, `fedmc train`'s budget),
@@ -10,15 +10,17 @@ Learners, each at the config's settings:
   slowest region of each round, which is what a federation with one machine per region
   waits for),
 - Stable-Baselines3 PPO with its default hyperparameters plus `VecNormalize`, on
-  `fedmc/MultiCloud-v0` with 8 envs spread over the regions (what an SB3 user would write).
+  `fedmc/MultiCloud-v0` with 8 envs spread over the regions (what an SB3 user would write),
+  each env made from the same config, `--set` overrides included.
 
 Every learner trains in chunks (one round of ours; `--sb3-chunk` steps of SB3); after each
 chunk its greedy policy is judged on `--worlds` validation worlds per region of
-`--steps` jobs, paired with SED on the same worlds. Only training is timed. A learner stops
+`--steps` jobs, paired with the baseline on the same worlds. Only training is timed. A learner stops
 at the first interval above 0, after its planned rounds (ours), or at `--cap-s` seconds of
 training. Prints a table, then one JSON line of the figures.
 
     python bench/bench_time_to_quality.py [--config conf/small_demo.yaml] [--cap-s 1200]
+        [--baseline sed] [--kinds mlp,node-scorer] [--no-sb3] [--set KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -59,28 +60,32 @@ class Outcome:
     reached: bool
     train_s: float
     env_steps: int
-    vs_sed: Estimate
+    vs_baseline: Estimate
     parallel_s: float | None = None
     """For the federation: the slowest region's training time, summed over rounds."""
 
 
 class Judge:
-    """A greedy policy against SED on the validation worlds, paired world by world."""
+    """A greedy policy against a dispatcher on the validation worlds, paired world by world."""
 
-    def __init__(self, cfg: ExperimentConfig, worlds: int, steps: int) -> None:
+    def __init__(self, cfg: ExperimentConfig, worlds: int, steps: int, baseline: str) -> None:
         self.cfg = replace(
             cfg, eval=replace(cfg.eval, split="validation", seeds=worlds, steps=steps)
         )
         self.regions = range(cfg.world.regions)
-        sed = DISPATCHERS["sed"]
-        self.sed = [evaluate(sed, self.cfg, r).per_seed_reward for r in self.regions]
+        self.baseline = baseline
+        dispatcher = DISPATCHERS[baseline]
+        self.reference = [evaluate(dispatcher, self.cfg, r).per_seed_reward for r in self.regions]
 
     def __call__(self, act_of_region: Callable[[int], Act]) -> Estimate:
         rewards = []
         for r in self.regions:
             act = act_of_region(r)
             rewards.append(evaluate(lambda sim, act=act: _Acting(act), self.cfg, r).per_seed_reward)
-        return paired_difference(rewards, self.sed)
+        return paired_difference(rewards, self.reference)
+
+    def label(self, estimate: Estimate) -> str:
+        return f"vs {self.baseline} {_fmt(estimate)}"
 
 
 class _Acting:
@@ -101,7 +106,7 @@ def centralised(cfg: ExperimentConfig, judge: Judge, cap_s: float) -> Outcome:
         clock += time.perf_counter() - start
         policy = learner.policy()
         estimate = judge(lambda r, policy=policy: policy.act)
-        print(f"  centralised {steps:>10,} steps {clock:7.1f} s  vs SED {_fmt(estimate)}")
+        print(f"  centralised {steps:>10,} steps {clock:7.1f} s  {judge.label(estimate)}")
         if estimate.low > 0 or clock >= cap_s:
             break
     return Outcome(f"ours centralised ({cfg.ppo.policy})", estimate.low > 0, clock, steps, estimate)
@@ -130,7 +135,7 @@ def federated(cfg: ExperimentConfig, judge: Judge, cap_s: float) -> Outcome:
         judged.set_weights(weights)
         policy = judged.policy()
         estimate = judge(lambda r, policy=policy: policy.act)
-        print(f"  federated   {steps:>10,} steps {clock:7.1f} s  vs SED {_fmt(estimate)}")
+        print(f"  federated   {steps:>10,} steps {clock:7.1f} s  {judge.label(estimate)}")
         if estimate.low > 0 or clock >= cap_s:
             break
     return Outcome(
@@ -138,15 +143,13 @@ def federated(cfg: ExperimentConfig, judge: Judge, cap_s: float) -> Outcome:
     )
 
 
-def stable_baselines(
-    cfg: ExperimentConfig, config: Path, judge: Judge, cap_s: float, chunk: int
-) -> Outcome:
+def stable_baselines(cfg: ExperimentConfig, judge: Judge, cap_s: float, chunk: int) -> Outcome:
     """SB3 PPO with its defaults and VecNormalize, 8 envs over the regions."""
     names = [r.name for r in region_catalogue(cfg.world.regions)]
     envs = VecNormalize(
         DummyVecEnv(
             [
-                lambda k=k: gym.make(ENV_ID, config=config, ingress=names[k % len(names)])
+                lambda k=k: gym.make(ENV_ID, config=cfg, ingress=names[k % len(names)])
                 for k in range(SB3_ENVS)
             ]
         )
@@ -166,7 +169,7 @@ def stable_baselines(
         envs.training = False
         estimate = judge(lambda r: act)
         envs.training = True
-        print(f"  sb3         {steps:>10,} steps {clock:7.1f} s  vs SED {_fmt(estimate)}")
+        print(f"  sb3         {steps:>10,} steps {clock:7.1f} s  {judge.label(estimate)}")
         if estimate.low > 0:
             break
     return Outcome("stable-baselines3 PPO (defaults)", estimate.low > 0, clock, steps, estimate)
@@ -178,7 +181,7 @@ def _fmt(estimate: Estimate) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", type=Path, default=Path("conf/small_demo.yaml"))
+    parser.add_argument("--config", default="conf/small_demo.yaml")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--kinds", default="mlp,node-scorer", help="our networks to time")
     parser.add_argument("--worlds", type=int, default=20, help="validation worlds per region")
@@ -186,29 +189,31 @@ def main() -> None:
     parser.add_argument("--cap-s", type=float, default=1200.0, help="training seconds at most")
     parser.add_argument("--sb3-chunk", type=int, default=100_000, help="SB3 steps per check")
     parser.add_argument("--no-sb3", action="store_true", help="time our learners only")
+    parser.add_argument(
+        "--baseline", default="sed", choices=sorted(DISPATCHERS), help="the dispatcher to beat"
+    )
     args = parser.parse_args()
     cfg = load_config(args.config, args.overrides)
     torch.set_num_threads(cfg.ppo.torch_threads)
-    judge = Judge(cfg, args.worlds, args.steps)
+    judge = Judge(cfg, args.worlds, args.steps, args.baseline)
     outcomes = []
     for kind in args.kinds.split(","):
         kind_cfg = replace(cfg, ppo=replace(cfg.ppo, policy=kind))
         outcomes.append(centralised(kind_cfg, judge, args.cap_s))
         outcomes.append(federated(kind_cfg, judge, args.cap_s))
     if not args.no_sb3:
-        outcomes.append(
-            stable_baselines(cfg, args.config.resolve(), judge, args.cap_s, args.sb3_chunk)
-        )
+        outcomes.append(stable_baselines(cfg, judge, args.cap_s, args.sb3_chunk))
 
     print(
-        f"Time to beat SED on {cfg.name} ({args.worlds} validation worlds x {args.steps} jobs "
+        f"Time to beat {args.baseline} on {cfg.name} ({args.worlds} validation worlds x "
+        f"{args.steps} jobs "
         f"per region; cap {args.cap_s:.0f} s of training); load {os.getloadavg()[0]:.2f}"
     )
-    print(f"{'learner':<36}{'beats SED':>10}{'train s':>10}{'env steps':>13}  vs SED at stop")
+    print(f"{'learner':<36}{'beats it':>10}{'train s':>10}{'env steps':>13}  difference at stop")
     for o in outcomes:
         print(
             f"{o.learner:<36}{'yes' if o.reached else 'no':>10}{o.train_s:>10.1f}"
-            f"{o.env_steps:>13,}  {_fmt(o.vs_sed)}"
+            f"{o.env_steps:>13,}  {_fmt(o.vs_baseline)}"
             + (f"  (slowest region per round: {o.parallel_s:.1f} s)" if o.parallel_s else "")
         )
     print(
@@ -219,15 +224,17 @@ def main() -> None:
                 "worlds_per_region": args.worlds,
                 "jobs_per_world": args.steps,
                 "cap_s": args.cap_s,
+                "baseline": args.baseline,
+                "overrides": args.overrides,
                 "learners": [
                     {
                         "learner": o.learner,
-                        "beats_sed": o.reached,
+                        "beats_baseline": o.reached,
                         "train_s": round(o.train_s, 1),
                         "parallel_s": None if o.parallel_s is None else round(o.parallel_s, 1),
                         "env_steps": o.env_steps,
-                        "vs_sed": round(o.vs_sed.mean, 4),
-                        "vs_sed_ci95": round(o.vs_sed.half_width, 4),
+                        "vs_baseline": round(o.vs_baseline.mean, 4),
+                        "vs_baseline_ci95": round(o.vs_baseline.half_width, 4),
                     }
                     for o in outcomes
                 ],
