@@ -183,7 +183,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="conf/small_demo.yaml")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
-    parser.add_argument("--kinds", default="mlp,node-scorer", help="our networks to time")
+    parser.add_argument(
+        "--kinds", default="mlp,node-scorer", help="our networks to time ('' for none)"
+    )
     parser.add_argument("--worlds", type=int, default=20, help="validation worlds per region")
     parser.add_argument("--steps", type=int, default=1000, help="jobs per validation world")
     parser.add_argument("--cap-s", type=float, default=1200.0, help="training seconds at most")
@@ -197,7 +199,7 @@ def main() -> None:
     torch.set_num_threads(cfg.ppo.torch_threads)
     judge = Judge(cfg, args.worlds, args.steps, args.baseline)
     outcomes = []
-    for kind in args.kinds.split(","):
+    for kind in filter(None, args.kinds.split(",")):
         kind_cfg = replace(cfg, ppo=replace(cfg.ppo, policy=kind))
         outcomes.append(centralised(kind_cfg, judge, args.cap_s))
         outcomes.append(federated(kind_cfg, judge, args.cap_s))
