@@ -43,13 +43,14 @@ plots: setup
 
 # The README's expected results: every learner of small_demo over training seeds 0-4
 # (conf/sweeps/default.yaml), the node scorer federated and centralised over the same seeds
-# (conf/sweeps/node_scorer.yaml) and with declared job sizes (conf/sweeps/declared_size.yaml),
+# (conf/sweeps/node_scorer.yaml) and with declared job sizes, exact and noisy
+# (conf/sweeps/declared_size.yaml, declared_size_error.yaml),
 # gamma on validation worlds (conf/sweeps/horizon.yaml),
 # then FedAvg against both forms of FedProx on each non-IID setting
 # (conf/sweeps/fedprox_*.yaml, 3 seeds each). Finished cells are skipped, so an
 # interrupted `make results` continues; `make report` summarises without running anything.
-SWEEPS ?= default node_scorer declared_size horizon fedprox_balanced fedprox_busy_region \
-	fedprox_skewed_prices_carbon fedprox_outages
+SWEEPS ?= default node_scorer declared_size declared_size_error horizon fedprox_balanced \
+	fedprox_busy_region fedprox_skewed_prices_carbon fedprox_outages
 # Two cells at once fill a 2-core machine (a federated cell leaves one core idle half of
 # each round); the cells' results do not depend on it.
 JOBS ?= 2
