@@ -111,11 +111,17 @@ def _mix(z):
 
 
 @njit(cache=True, inline="always")
+def _unit(z):
+    """A uniform in (0, 1) from one 64-bit state word (its mix's top 53 bits)."""
+    return ((_mix(z) >> _S11) + 0.5) * _INV_2_53
+
+
+@njit(cache=True, inline="always")
 def _uniform(rng, b):
     """Next uniform in (0, 1) of env b's stream."""
     z = rng[b] + _GOLDEN
     rng[b] = z
-    return ((_mix(z) >> _S11) + 0.5) * _INV_2_53
+    return _unit(z)
 
 
 @njit(cache=True)
@@ -139,7 +145,7 @@ def _job_size(rng, b, p):
 def _side_uniform(rng, b, salt):
     """A uniform in (0, 1) read beside env b's stream without advancing it: a function of
     the stream's state and `salt` alone, so drawing it changes no later draw."""
-    return ((_mix(rng[b] ^ salt) >> _S11) + 0.5) * _INV_2_53
+    return _unit(rng[b] ^ salt)
 
 
 @njit(cache=True, inline="always")
@@ -241,7 +247,7 @@ def _observe(b, t, clock, count, down_until, ingress, declared, obs, mask, stati
         carbon = reg[CARBON_MEAN, r] * (1.0 - reg[CARBON_SWING, r] * day)
         background = _background(reg, r, s, c)
         busy = p[MEAN_SERVICE] / (1.0 - background)
-        job = declared[b] / (1.0 - background)
+        job = declared[b] / (1.0 - background) if declares else 0.0
         link = rtt[i, r]
         local = 1.0 if r == i else 0.0
         for n in range(r * per_region, (r + 1) * per_region):

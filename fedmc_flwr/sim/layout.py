@@ -49,7 +49,7 @@ NODE_FEATURES: tuple[Feature, ...] = (
         "(shortest expected delay's estimate)",
         "s",
         "0",
-        "full slowest node",
+        "full slowest node (none with declared sizes)",
         True,
     ),
     Feature(
