@@ -10,6 +10,12 @@ batch-of-one view of the same world) in its `DummyVecEnv`, wrapped in `VecNormal
 is warmed up with one rollout and update, then timed over `--rollouts` rollouts and
 updates; a frame is one env step.
 
+Beside each of our networks, in the same run, the bound its update sets: the frames per
+second of the update's network passes alone (forward and backward of actor and critic over
+as many minibatches of the same size, with nothing else: no loss terms, no optimizer, no
+collection). Training can never run faster than that; past it, only fewer or cheaper
+passes help, which changes what is learned.
+
 Prints a table, then one JSON line of the figures.
 
     python bench/bench_ppo.py [--config conf/small_demo.yaml] [--envs 64] [--rollouts 3]
@@ -48,6 +54,25 @@ def ours_frames_per_second(cfg: ExperimentConfig, rollouts: int, kind: str) -> f
     start = time.perf_counter()
     learner.train_round(cfg.ppo.rollout_steps * rollouts)
     return cfg.ppo.num_envs * cfg.ppo.rollout_steps * rollouts / (time.perf_counter() - start)
+
+
+def passes_frames_per_second(cfg: ExperimentConfig, rollouts: int, kind: str) -> float:
+    """Frames per second of the update's forward and backward passes alone (see above)."""
+    cfg = replace(cfg, ppo=replace(cfg.ppo, policy=kind))
+    learner = PPOLearner(cfg, list(range(cfg.world.regions)), cfg.seed)
+    model, ppo = learner.model, cfg.ppo
+    frames = ppo.num_envs * ppo.rollout_steps
+    obs = torch.randn(frames // ppo.num_minibatches, learner.sim.obs_dim)
+
+    def one_pass() -> None:
+        logits, values = model(obs)
+        (logits.sum() + values.sum()).backward()
+
+    one_pass()  # warm-up
+    start = time.perf_counter()
+    for _ in range(ppo.update_epochs * ppo.num_minibatches * rollouts):
+        one_pass()
+    return frames * rollouts / (time.perf_counter() - start)
 
 
 def sb3_frames_per_second(cfg: ExperimentConfig, config_path: Path, rollouts: int) -> float:
@@ -100,6 +125,7 @@ def main() -> None:
     torch.set_num_threads(threads)
 
     kinds = {kind: ours_frames_per_second(cfg, args.rollouts, kind) for kind in KINDS}
+    bounds = {kind: passes_frames_per_second(cfg, args.rollouts, kind) for kind in KINDS}
     ours = kinds["mlp"]
     sb3 = sb3_frames_per_second(cfg, args.config.resolve(), args.rollouts)
     ratio = ours / sb3
@@ -110,9 +136,9 @@ def main() -> None:
         f"epochs={ppo.update_epochs} hidden={ppo.hidden_size}x2 torch_threads={threads}"
     )
     print(f"PPO training frames/s on {cfg.name} ({settings}); load {os.getloadavg()[0]:.2f}")
-    print(f"{'learner':<22}{'frames/s':>12}")
+    print(f"{'learner':<22}{'frames/s':>12}{'update passes alone':>22}")
     for kind, rate in kinds.items():
-        print(f"{f'fedmc PPO {kind}':<22}{rate:>12,.0f}")
+        print(f"{f'fedmc PPO {kind}':<22}{rate:>12,.0f}{bounds[kind]:>22,.0f}")
     print(f"{'stable-baselines3 PPO':<22}{sb3:>12,.0f}")
     print(
         f"mlp / SB3 {ratio:.1f}x (target >= {TARGET_RATIO:.0f}x); ours target >= "
@@ -131,6 +157,8 @@ def main() -> None:
                 "torch_threads": threads,
                 "ours_frames_per_s": round(ours, 1),
                 "ours_node_scorer_frames_per_s": round(kinds["node-scorer"], 1),
+                "mlp_update_passes_frames_per_s": round(bounds["mlp"], 1),
+                "node_scorer_update_passes_frames_per_s": round(bounds["node-scorer"], 1),
                 "sb3_frames_per_s": round(sb3, 1),
                 "ratio": round(ratio, 2),
                 "load_avg_1min": round(os.getloadavg()[0], 2),
