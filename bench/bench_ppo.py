@@ -46,10 +46,15 @@ TARGET_FRAMES_PER_S = 60_000
 TARGET_RATIO = 5.0
 
 
+def _learner(cfg: ExperimentConfig, kind: str) -> PPOLearner:
+    """A learner of network `kind` on every region, at the config's settings."""
+    cfg = replace(cfg, ppo=replace(cfg.ppo, policy=kind))
+    return PPOLearner(cfg, list(range(cfg.world.regions)), cfg.seed)
+
+
 def ours_frames_per_second(cfg: ExperimentConfig, rollouts: int, kind: str) -> float:
     """Frames per second of PPOLearner.train_round over `rollouts` rollouts and updates."""
-    cfg = replace(cfg, ppo=replace(cfg.ppo, policy=kind))
-    learner = PPOLearner(cfg, list(range(cfg.world.regions)), cfg.seed)
+    learner = _learner(cfg, kind)
     learner.train_round(cfg.ppo.rollout_steps)  # warm-up
     start = time.perf_counter()
     learner.train_round(cfg.ppo.rollout_steps * rollouts)
@@ -58,8 +63,7 @@ def ours_frames_per_second(cfg: ExperimentConfig, rollouts: int, kind: str) -> f
 
 def passes_frames_per_second(cfg: ExperimentConfig, rollouts: int, kind: str) -> float:
     """Frames per second of the update's forward and backward passes alone (see above)."""
-    cfg = replace(cfg, ppo=replace(cfg.ppo, policy=kind))
-    learner = PPOLearner(cfg, list(range(cfg.world.regions)), cfg.seed)
+    learner = _learner(cfg, kind)
     model, ppo = learner.model, cfg.ppo
     frames = ppo.num_envs * ppo.rollout_steps
     obs = torch.randn(frames // ppo.num_minibatches, learner.sim.obs_dim)
