@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from fedmc_flwr.config import ExperimentConfig, PPOConfig, learner_world
+from fedmc_flwr.policies.flat_adam import FlatAdam
 from fedmc_flwr.policies.moments import MOMENT_ARRAYS, Moments
 from fedmc_flwr.policies.networks import MASKED_LOGIT, ActorCritic, build_network
 from fedmc_flwr.policies.normalisers import ObservationNorm, RunningNorm
@@ -187,11 +188,11 @@ class PPOLearner:
         self.global_step = 0
 
     @functools.cached_property
-    def optimizer(self) -> torch.optim.Adam:
+    def optimizer(self) -> FlatAdam:
         """Made on first use: building a torch optimizer imports torch._dynamo (about 3 s),
         which a learner that only evaluates (a fresh process per message in Flower's
         deployment engine) never needs."""
-        return torch.optim.Adam(self.params, lr=self.ppo.learning_rate, eps=1e-5, foreach=False)
+        return FlatAdam(self.params, lr=self.ppo.learning_rate, eps=1e-5)
 
     # --- weights that travel ----------------------------------------------------------
 
@@ -273,8 +274,7 @@ class PPOLearner:
         if self.ppo.anneal_lr:
             planned = self.cfg.train.rounds * self.cfg.train.steps_per_round
             lr *= max(0.0, 1.0 - steps_done / planned)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        self.optimizer.lr = lr
 
     @torch.inference_mode()
     def _collect(self, length: int, job_sums: np.ndarray) -> dict[str, torch.Tensor]:
@@ -363,7 +363,7 @@ class PPOLearner:
                 loss, stats = ppo_loss(self.model, batch, self.ppo)
                 if proximal_mu > 0:
                     loss = loss + proximal_term(self.params, anchor, proximal_mu)
-                self.optimizer.zero_grad(set_to_none=False)
+                self.optimizer.zero_grad()
                 loss.backward()
                 nn.utils.clip_grad_norm_(self.params, self.ppo.max_grad_norm, foreach=False)
                 self.optimizer.step()
@@ -378,10 +378,7 @@ class PPOLearner:
         state: dict[str, np.ndarray] = {}
         for i, p in enumerate(self.params):
             state[f"param.{i}"] = p.detach().numpy().copy()
-            moments = self.optimizer.state.get(p)
-            if moments:
-                for key in ("step", "exp_avg", "exp_avg_sq"):
-                    state[f"adam.{i}.{key}"] = moments[key].numpy().copy()
+        state |= self.optimizer.state()
         state |= self.norm.state("norm") | self.return_norm.state("return_norm")
         state["discounted"] = self.discounted.copy()
         state["episodes"] = self.episodes.copy()
@@ -405,13 +402,7 @@ class PPOLearner:
         with torch.no_grad():
             for i, p in enumerate(self.params):
                 p.copy_(torch.from_numpy(np.array(state[f"param.{i}"])))
-        self.optimizer.state.clear()
-        for i, p in enumerate(self.params):
-            if f"adam.{i}.step" in state:
-                self.optimizer.state[p] = {
-                    key: torch.from_numpy(np.array(state[f"adam.{i}.{key}"]))
-                    for key in ("step", "exp_avg", "exp_avg_sq")
-                }
+        self.optimizer.load_state(state)
         self.norm.load("norm", state)
         self.return_norm.load("return_norm", state)
         self.discounted = np.array(state["discounted"], dtype=np.float64)

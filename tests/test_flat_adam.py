@@ -1,0 +1,87 @@
+"""FlatAdam: torch's Adam over one flat buffer gives the per-tensor numbers bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fedmc_flwr.policies.flat_adam import FlatAdam
+from fedmc_flwr.policies.networks import build_network
+
+
+def _network(kind: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return build_network(kind, 5 * 11 + 2, 5, 16)
+
+
+def _train(network: torch.nn.Module, step, zero_grad, set_lr, steps: int, seed: int) -> None:
+    """Random gradients of varied magnitudes and a decaying step size, as PPO makes them."""
+    generator = torch.Generator().manual_seed(seed)
+    params = list(network.parameters())
+    for k in range(steps):
+        zero_grad()
+        for p in params:
+            scale = 10.0 ** int(torch.randint(-6, 2, (1,), generator=generator))
+            p.grad = (p.grad if p.grad is not None else torch.zeros_like(p)) + scale * torch.randn(
+                p.shape, generator=generator
+            )
+        set_lr(1e-2 * (1 - k / (2 * steps)))
+        step()
+
+
+def _flat_values(network: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in network.parameters()])
+
+
+@pytest.mark.parametrize("kind", ["mlp", "node-scorer"])
+def test_same_numbers_as_per_tensor_adam(kind: str) -> None:
+    reference, flat = _network(kind), _network(kind)
+    adam = torch.optim.Adam(reference.parameters(), lr=1e-2, eps=1e-5, foreach=False)
+
+    def set_reference_lr(lr: float) -> None:
+        adam.param_groups[0]["lr"] = lr
+
+    optimizer = FlatAdam(list(flat.parameters()), lr=1e-2, eps=1e-5)
+    with torch.no_grad():  # a write to a parameter (set_weights, load) after the buffer is made
+        for network in (reference, flat):
+            next(network.parameters()).fill_(0.5)
+    _train(reference, adam.step, lambda: adam.zero_grad(set_to_none=False), set_reference_lr, 60, 1)
+
+    def set_flat_lr(lr: float) -> None:
+        optimizer.lr = lr
+
+    _train(flat, optimizer.step, optimizer.zero_grad, set_flat_lr, 60, 1)
+    assert torch.equal(_flat_values(reference), _flat_values(flat))
+    assert optimizer.updates == 60
+    state = optimizer.state()  # the saved form is per tensor, as torch keeps it
+    for i, p in enumerate(reference.parameters()):
+        for key in ("step", "exp_avg", "exp_avg_sq"):
+            np.testing.assert_array_equal(state[f"adam.{i}.{key}"], adam.state[p][key].numpy())
+
+
+def test_saved_state_resumes_exactly() -> None:
+    """Train, save, load into a fresh optimizer over a copy: both go on to the same numbers."""
+    first, second = _network("mlp"), _network("mlp")
+    a = FlatAdam(list(first.parameters()), lr=1e-2, eps=1e-5)
+    assert a.state() == {} and a.updates == 0
+    _train(first, a.step, a.zero_grad, lambda lr: setattr(a, "lr", lr), 20, 2)
+    b = FlatAdam(list(second.parameters()), lr=1e-2, eps=1e-5)
+    with torch.no_grad():
+        for p, q in zip(second.parameters(), first.parameters(), strict=True):
+            p.copy_(q)
+    b.load_state(a.state())
+    assert b.updates == 20
+    _train(first, a.step, a.zero_grad, lambda lr: setattr(a, "lr", lr), 10, 3)
+    _train(second, b.step, b.zero_grad, lambda lr: setattr(b, "lr", lr), 10, 3)
+    assert torch.equal(_flat_values(first), _flat_values(second))
+
+
+def test_inconsistent_saved_steps_are_refused() -> None:
+    network = _network("mlp")
+    optimizer = FlatAdam(list(network.parameters()), lr=1e-2, eps=1e-5)
+    _train(network, optimizer.step, optimizer.zero_grad, lambda lr: None, 2, 4)
+    state = optimizer.state()
+    state["adam.1.step"] = state["adam.1.step"] + 1
+    with pytest.raises(ValueError, match="steps differ"):
+        optimizer.load_state(state)
