@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from fedmc_flwr.config import ConfigError, ExperimentConfig, PPOConfig, WorldConfig, load_config
-from fedmc_flwr.policies.networks import NodeScorer, build_network
+from fedmc_flwr.policies.networks import NodeScorer, build_network, pool
 from fedmc_flwr.policies.ppo import PPOLearner
 from fedmc_flwr.sim.layout import GLOBAL_WIDTH, NODE_WIDTH
 from fedmc_flwr.sim.world import MultiCloudSim
@@ -81,3 +81,18 @@ def test_scorer_checkpoint_restores_bit_for_bit(tmp_path: Path) -> None:
 def test_an_unknown_network_kind_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match=r"ppo\.policy"):
         load_config(REPO / "conf" / "small_demo.yaml", ["ppo.policy=transformer"])
+
+
+def test_pooling_gives_torch_means_numbers_and_gradients() -> None:
+    """`pool` is written as sum / N for its cheaper backward; forward and backward must
+    still be torch's mean bit for bit, or every published training result would move."""
+    generator = torch.Generator().manual_seed(3)
+    x = torch.randn(64, 18, 32, generator=generator, requires_grad=True)
+    weights = torch.randn(64, 1, 32, generator=generator)
+    ours = pool(x)
+    (ours * weights).sum().backward()
+    ours_grad, x.grad = x.grad, None
+    theirs = x.mean(dim=1, keepdim=True)
+    (theirs * weights).sum().backward()
+    assert torch.equal(ours, theirs)
+    assert torch.equal(ours_grad, x.grad)

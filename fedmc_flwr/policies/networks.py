@@ -74,6 +74,14 @@ class FlatMLP(ActorCritic):
         return self.actor(obs)
 
 
+def pool(embeddings: torch.Tensor) -> torch.Tensor:
+    """`[B, N, H]` -> `[B, 1, H]`: the mean over nodes, written as sum / N. On CPU torch's
+    mean is that sum and division, so the numbers are the same, but its backward divides
+    the gradient after broadcasting it to every node, N times the work of dividing the
+    pooled gradient first, which this form's backward does."""
+    return embeddings.sum(dim=1, keepdim=True) / embeddings.shape[1]
+
+
 def node_rows(obs: torch.Tensor) -> torch.Tensor:
     """`[B, N * NODE_WIDTH + GLOBAL_WIDTH]` -> `[B, N, NODE_WIDTH + GLOBAL_WIDTH]`: each
     node's row with the global features beside it (N read from the width)."""
@@ -103,12 +111,12 @@ class NodeScorer(ActorCritic):
         first = self.actor_head[0]
         hidden = embedding.shape[-1]
         own = F.linear(embedding, first.weight[:, :hidden], first.bias)
-        shared = F.linear(embedding.mean(dim=1, keepdim=True), first.weight[:, hidden:])
+        shared = F.linear(pool(embedding), first.weight[:, hidden:])
         return self.actor_head[1:](own + shared).squeeze(-1)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         rows = node_rows(obs)
-        value = self.critic_head(self.critic_encoder(rows).mean(dim=1)).squeeze(-1)
+        value = self.critic_head(pool(self.critic_encoder(rows))).reshape(-1)
         return self._scores(rows), value
 
     def logits(self, obs: torch.Tensor) -> torch.Tensor:
