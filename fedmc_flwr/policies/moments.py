@@ -39,7 +39,8 @@ class Moments:
     def of(cls, batch: np.ndarray) -> Moments:
         """The moments of a [n, dim] batch."""
         batch = np.asarray(batch, dtype=np.float64)
-        return cls(float(batch.shape[0]), batch.mean(axis=0), batch.var(axis=0))
+        mean = batch.mean(axis=0, keepdims=True)  # var would compute it again (per step)
+        return cls(float(batch.shape[0]), mean[0], batch.var(axis=0, mean=mean))
 
     def merge(self, other: Moments) -> Moments:
         """The moments of both streams together (the between-stream term included)."""

@@ -357,7 +357,7 @@ class PPOLearner:
         count = 0
         for _ in range(self.ppo.update_epochs):
             order = torch.randperm(size, generator=self.generator)
-            shuffled = {key: value[order] for key, value in rollout.items()}
+            shuffled = {key: value.index_select(0, order) for key, value in rollout.items()}
             for lo in range(0, size - minibatch + 1, minibatch):
                 batch = {key: value[lo : lo + minibatch] for key, value in shuffled.items()}
                 loss, stats = ppo_loss(self.model, batch, self.ppo)
