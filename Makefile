@@ -86,6 +86,7 @@ test: setup placement
 bench: setup
 	$(BIN)/python bench/bench_sim.py
 	$(BIN)/python bench/bench_ppo.py
+	$(BIN)/python bench/bench_update.py
 	$(BIN)/python bench/bench_federation.py
 	$(BIN)/python bench/bench_serving.py
 	$(BIN)/python bench/bench_engines.py

@@ -1,0 +1,168 @@
+"""The PPO update's cut pieces against torch's own forms of them, side by side.
+
+Each row times one piece of the update at small_demo's settings (a minibatch of
+`envs * rollout / minibatches` rows, hidden width from the config, one torch thread) two
+ways: the form torch offers, which the learner used before, and the learner's form. Both
+forms give the same numbers bit for bit, which each row checks after timing:
+
+- Adam: torch's per-tensor Adam (`foreach=False`) against `FlatAdam` (one flat buffer),
+  30 steps of the same gradients; the parameters after them must be equal.
+- pooling over nodes: the node scorer's update pass (forward and backward of one
+  minibatch) with its pooling as torch's `mean(dim=1)` against `pool` (sum / N); logits,
+  values and gradients must be equal.
+- the epoch's shuffle (rollout's observations): indexing (`obs[order]`, a fresh array per
+  epoch) against `index_select` into one array kept across epochs; the rows must be equal.
+
+The two forms of a row alternate `--repeats` times and each reports its median, so the
+host's drift between seconds hits both alike. Prints a table, then one JSON line.
+
+    python bench/bench_update.py [--config conf/small_demo.yaml] [--repeats 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from unittest import mock
+
+import torch
+
+from fedmc_flwr.config import load_config
+from fedmc_flwr.policies import networks
+from fedmc_flwr.policies.flat_adam import FlatAdam
+from fedmc_flwr.policies.networks import build_network, pool
+from fedmc_flwr.sim.layout import ObsLayout
+
+Timed = Callable[[], object]
+
+
+def alternate(first: Timed, second: Timed, repeats: int, number: int) -> tuple[float, float]:
+    """Median seconds per call of each, timed in alternation."""
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(repeats):
+        for fn, out in ((first, times[0]), (second, times[1])):
+            start = time.perf_counter()
+            for _ in range(number):
+                fn()
+            out.append((time.perf_counter() - start) / number)
+    return statistics.median(times[0]), statistics.median(times[1])
+
+
+def adam_row(kind: str, obs_dim: int, actions: int, hidden: int, repeats: int) -> dict:
+    """Per-tensor Adam against FlatAdam on one network kind's parameters."""
+    torch.manual_seed(0)
+    per_tensor_net = build_network(kind, obs_dim, actions, hidden)
+    flat_net = build_network(kind, obs_dim, actions, hidden)
+    flat_net.load_state_dict(per_tensor_net.state_dict())
+    generator = torch.Generator().manual_seed(1)
+    grads = [torch.randn(p.shape, generator=generator) for p in per_tensor_net.parameters()]
+    for net in (per_tensor_net, flat_net):
+        for p, g in zip(net.parameters(), grads, strict=True):
+            p.grad = g.clone()
+    per_tensor = torch.optim.Adam(per_tensor_net.parameters(), lr=1e-4, eps=1e-5, foreach=False)
+    flat = FlatAdam(list(flat_net.parameters()), lr=1e-4, eps=1e-5)
+    for _ in range(30):
+        per_tensor.step()
+        flat.step()
+    same = all(
+        torch.equal(p, q)
+        for p, q in zip(per_tensor_net.parameters(), flat_net.parameters(), strict=True)
+    )
+    torch_s, ours_s = alternate(per_tensor.step, flat.step, repeats, 200)
+    return {"piece": f"Adam step ({kind})", "torch_s": torch_s, "ours_s": ours_s, "same": same}
+
+
+def pool_row(obs_dim: int, actions: int, hidden: int, minibatch: int, repeats: int) -> dict:
+    """The node scorer's update pass (forward and backward of a minibatch) with its
+    pooling written as torch's mean, then as `pool`."""
+    torch.manual_seed(0)
+    network = build_network("node-scorer", obs_dim, actions, hidden)
+    obs = torch.randn(minibatch, obs_dim, generator=torch.Generator().manual_seed(2))
+
+    def mean(embeddings: torch.Tensor) -> torch.Tensor:
+        return embeddings.mean(dim=1, keepdim=True)
+
+    def update_pass(pooling: Callable[[torch.Tensor], torch.Tensor]) -> list[torch.Tensor]:
+        network.zero_grad(set_to_none=True)
+        with mock.patch.object(networks, "pool", pooling):
+            logits, values = network(obs)
+        (logits.sum() + values.sum()).backward()
+        return [logits.detach(), values.detach(), *(p.grad for p in network.parameters())]
+
+    same = all(torch.equal(a, b) for a, b in zip(update_pass(mean), update_pass(pool), strict=True))
+    torch_s, ours_s = alternate(lambda: update_pass(mean), lambda: update_pass(pool), repeats, 3)
+    return {"piece": "scorer pass, pooling", "torch_s": torch_s, "ours_s": ours_s, "same": same}
+
+
+def shuffle_row(frames: int, obs_dim: int, repeats: int) -> dict:
+    """An epoch's gather of the rollout's observations, fresh against reused."""
+    generator = torch.Generator().manual_seed(3)
+    obs = torch.randn(frames, obs_dim, generator=generator)
+    order = torch.randperm(frames, generator=generator)
+    kept = torch.empty_like(obs)
+    same = torch.equal(obs[order], torch.index_select(obs, 0, order, out=kept))
+    torch_s, ours_s = alternate(
+        lambda: obs[order], lambda: torch.index_select(obs, 0, order, out=kept), repeats, 10
+    )
+    return {"piece": "epoch shuffle of obs", "torch_s": torch_s, "ours_s": ours_s, "same": same}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=Path, default=Path("conf/small_demo.yaml"))
+    parser.add_argument("--repeats", type=int, default=15, help="alternations per row")
+    args = parser.parse_args()
+    cfg = load_config(args.config)
+    torch.set_num_threads(cfg.ppo.torch_threads)
+    ppo, world = cfg.ppo, cfg.world
+    nodes = world.regions * world.nodes_per_region
+    obs_dim = ObsLayout(nodes).size
+    frames = ppo.num_envs * ppo.rollout_steps
+    minibatch = frames // ppo.num_minibatches
+    rows = [
+        adam_row("mlp", obs_dim, nodes, ppo.hidden_size, args.repeats),
+        adam_row("node-scorer", obs_dim, nodes, ppo.hidden_size, args.repeats),
+        pool_row(obs_dim, nodes, ppo.hidden_size, minibatch, args.repeats),
+        shuffle_row(frames, obs_dim, args.repeats),
+    ]
+    print(
+        f"PPO update pieces on {cfg.name} (minibatch {minibatch}, {nodes} nodes, hidden "
+        f"{ppo.hidden_size}, torch_threads={ppo.torch_threads}); load {os.getloadavg()[0]:.2f}"
+    )
+    print(f"{'piece':<28}{'torch us':>12}{'ours us':>12}{'speed-up':>10}{'same numbers':>14}")
+    for row in rows:
+        print(
+            f"{row['piece']:<28}{row['torch_s'] * 1e6:>12,.1f}{row['ours_s'] * 1e6:>12,.1f}"
+            f"{row['torch_s'] / row['ours_s']:>9.2f}x{'yes' if row['same'] else 'NO':>14}"
+        )
+    print(
+        json.dumps(
+            {
+                "bench": "update",
+                "config": cfg.name,
+                "minibatch": minibatch,
+                "rows": [
+                    {
+                        "piece": row["piece"],
+                        "torch_us": round(row["torch_s"] * 1e6, 1),
+                        "ours_us": round(row["ours_s"] * 1e6, 1),
+                        "speedup": round(row["torch_s"] / row["ours_s"], 2),
+                        "same_numbers": row["same"],
+                    }
+                    for row in rows
+                ],
+                "load_avg_1min": round(os.getloadavg()[0], 2),
+                "cpu": platform.processor() or platform.machine(),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
