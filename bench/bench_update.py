@@ -14,9 +14,15 @@ forms give the same numbers bit for bit, which each row checks after timing:
   epoch) against `index_select` into one array kept across epochs; the rows must be equal.
 
 The two forms of a row alternate `--repeats` times and each reports its median, so the
-host's drift between seconds hits both alike. Prints a table, then one JSON line.
+host's drift between seconds hits both alike.
 
-    python bench/bench_update.py [--config conf/small_demo.yaml] [--repeats 15]
+With `--compile`, a second table tries a candidate that was not taken: each network's
+update pass compiled by `torch.compile` (inductor, C++ on CPU) against the eager pass, with
+the time the first call takes to compile and whether the numbers stay the same.
+
+Prints the table(s), then one JSON line.
+
+    python bench/bench_update.py [--config conf/small_demo.yaml] [--repeats 15] [--compile]
 """
 
 from __future__ import annotations
@@ -113,10 +119,44 @@ def shuffle_row(frames: int, obs_dim: int, repeats: int) -> dict:
     return {"piece": "epoch shuffle of obs", "torch_s": torch_s, "ours_s": ours_s, "same": same}
 
 
+def compile_row(
+    kind: str, obs_dim: int, actions: int, hidden: int, minibatch: int, repeats: int
+) -> dict:
+    """One network's update pass, eager against `torch.compile`d, from the same weights."""
+    torch.manual_seed(0)
+    eager = build_network(kind, obs_dim, actions, hidden)
+    twin = build_network(kind, obs_dim, actions, hidden)
+    twin.load_state_dict(eager.state_dict())
+    compiled = torch.compile(twin)
+    obs = torch.randn(minibatch, obs_dim, generator=torch.Generator().manual_seed(4))
+
+    def update_pass(network: torch.nn.Module) -> list[torch.Tensor]:
+        network.zero_grad(set_to_none=True)
+        logits, values = network(obs)
+        (logits.sum() + values.sum()).backward()
+        return [logits.detach(), values.detach(), *(p.grad for p in network.parameters())]
+
+    start = time.perf_counter()
+    theirs = update_pass(compiled)
+    compile_s = time.perf_counter() - start
+    same = all(torch.equal(a, b) for a, b in zip(update_pass(eager), theirs, strict=True))
+    eager_s, compiled_s = alternate(
+        lambda: update_pass(eager), lambda: update_pass(compiled), repeats, 3
+    )
+    return {
+        "piece": f"{kind} update pass",
+        "eager_s": eager_s,
+        "compiled_s": compiled_s,
+        "compile_s": compile_s,
+        "same": same,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, default=Path("conf/small_demo.yaml"))
     parser.add_argument("--repeats", type=int, default=15, help="alternations per row")
+    parser.add_argument("--compile", action="store_true", help="also try torch.compile")
     args = parser.parse_args()
     cfg = load_config(args.config)
     torch.set_num_threads(cfg.ppo.torch_threads)
@@ -141,6 +181,21 @@ def main() -> None:
             f"{row['piece']:<28}{row['torch_s'] * 1e6:>12,.1f}{row['ours_s'] * 1e6:>12,.1f}"
             f"{row['torch_s'] / row['ours_s']:>9.2f}x{'yes' if row['same'] else 'NO':>14}"
         )
+    compiled = []
+    if args.compile:
+        compiled = [
+            compile_row(kind, obs_dim, nodes, ppo.hidden_size, minibatch, args.repeats)
+            for kind in ("mlp", "node-scorer")
+        ]
+        print(
+            f"{'candidate':<28}{'eager us':>12}{'compiled us':>13}{'compile s':>11}"
+            f"{'same numbers':>14}"
+        )
+        for row in compiled:
+            print(
+                f"{row['piece']:<28}{row['eager_s'] * 1e6:>12,.1f}{row['compiled_s'] * 1e6:>13,.1f}"
+                f"{row['compile_s']:>11.1f}{'yes' if row['same'] else 'no':>14}"
+            )
     print(
         json.dumps(
             {
@@ -156,6 +211,16 @@ def main() -> None:
                         "same_numbers": row["same"],
                     }
                     for row in rows
+                ],
+                "compiled": [
+                    {
+                        "piece": row["piece"],
+                        "eager_us": round(row["eager_s"] * 1e6, 1),
+                        "compiled_us": round(row["compiled_s"] * 1e6, 1),
+                        "compile_s": round(row["compile_s"], 1),
+                        "same_numbers": row["same"],
+                    }
+                    for row in compiled
                 ],
                 "load_avg_1min": round(os.getloadavg()[0], 2),
                 "cpu": platform.processor() or platform.machine(),
