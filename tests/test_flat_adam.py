@@ -77,11 +77,14 @@ def test_saved_state_resumes_exactly() -> None:
     assert torch.equal(_flat_values(first), _flat_values(second))
 
 
-def test_inconsistent_saved_steps_are_refused() -> None:
+def test_inconsistent_or_partial_saved_moments_are_refused() -> None:
     network = _network("mlp")
     optimizer = FlatAdam(list(network.parameters()), lr=1e-2, eps=1e-5)
     _train(network, optimizer.step, optimizer.zero_grad, lambda lr: None, 2, 4)
     state = optimizer.state()
     state["adam.1.step"] = state["adam.1.step"] + 1
     with pytest.raises(ValueError, match="steps differ"):
+        optimizer.load_state(state)
+    del state["adam.2.exp_avg_sq"]
+    with pytest.raises(ValueError, match=r"lack \['adam.2.exp_avg_sq'\]"):
         optimizer.load_state(state)

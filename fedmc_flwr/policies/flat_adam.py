@@ -82,6 +82,14 @@ class FlatAdam:
         if "adam.0.step" not in state:
             return
         count = len(self._params)
+        missing = [
+            f"adam.{i}.{key}"
+            for i in range(count)
+            for key in MOMENT_KEYS
+            if f"adam.{i}.{key}" not in state
+        ]
+        if missing:
+            raise ValueError(f"saved Adam moments lack {missing}")
         steps = {float(np.asarray(state[f"adam.{i}.step"])) for i in range(count)}
         if len(steps) != 1:
             raise ValueError(f"saved Adam steps differ between parameters: {sorted(steps)}")
