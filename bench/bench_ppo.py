@@ -33,6 +33,7 @@ from pathlib import Path
 
 import gymnasium as gym
 import torch
+from bench_update import update_pass
 from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecNormalize
@@ -67,15 +68,10 @@ def passes_frames_per_second(cfg: ExperimentConfig, rollouts: int, kind: str) ->
     model, ppo = learner.model, cfg.ppo
     frames = ppo.num_envs * ppo.rollout_steps
     obs = torch.randn(frames // ppo.num_minibatches, learner.sim.obs_dim)
-
-    def one_pass() -> None:
-        logits, values = model(obs)
-        (logits.sum() + values.sum()).backward()
-
-    one_pass()  # warm-up
+    update_pass(model, obs)  # warm-up
     start = time.perf_counter()
     for _ in range(ppo.update_epochs * ppo.num_minibatches * rollouts):
-        one_pass()
+        update_pass(model, obs)
     return frames * rollouts / (time.perf_counter() - start)
 
 

@@ -38,6 +38,7 @@ from pathlib import Path
 from unittest import mock
 
 import torch
+from torch import nn
 
 from fedmc_flwr.config import load_config
 from fedmc_flwr.policies import networks
@@ -60,12 +61,31 @@ def alternate(first: Timed, second: Timed, repeats: int, number: int) -> tuple[f
     return statistics.median(times[0]), statistics.median(times[1])
 
 
+def update_pass(network: torch.nn.Module, obs: torch.Tensor) -> list[torch.Tensor]:
+    """One forward and backward pass of actor and critic over a minibatch, as the update
+    makes it (without the loss terms): its logits, values and every parameter's gradient."""
+    network.zero_grad(set_to_none=True)
+    logits, values = network(obs)
+    (logits.sum() + values.sum()).backward()
+    return [logits.detach(), values.detach(), *(p.grad for p in network.parameters())]
+
+
+def _all_equal(first: list[torch.Tensor], second: list[torch.Tensor]) -> bool:
+    return all(torch.equal(a, b) for a, b in zip(first, second, strict=True))
+
+
+def _twins(kind: str, obs_dim: int, actions: int, hidden: int) -> tuple[nn.Module, nn.Module]:
+    """Two networks of one kind with the same weights, each with its own parameters."""
+    torch.manual_seed(0)
+    first = build_network(kind, obs_dim, actions, hidden)
+    second = build_network(kind, obs_dim, actions, hidden)
+    second.load_state_dict(first.state_dict())
+    return first, second
+
+
 def adam_row(kind: str, obs_dim: int, actions: int, hidden: int, repeats: int) -> dict:
     """Per-tensor Adam against FlatAdam on one network kind's parameters."""
-    torch.manual_seed(0)
-    per_tensor_net = build_network(kind, obs_dim, actions, hidden)
-    flat_net = build_network(kind, obs_dim, actions, hidden)
-    flat_net.load_state_dict(per_tensor_net.state_dict())
+    per_tensor_net, flat_net = _twins(kind, obs_dim, actions, hidden)
     generator = torch.Generator().manual_seed(1)
     grads = [torch.randn(p.shape, generator=generator) for p in per_tensor_net.parameters()]
     for net in (per_tensor_net, flat_net):
@@ -76,10 +96,7 @@ def adam_row(kind: str, obs_dim: int, actions: int, hidden: int, repeats: int) -
     for _ in range(30):
         per_tensor.step()
         flat.step()
-    same = all(
-        torch.equal(p, q)
-        for p, q in zip(per_tensor_net.parameters(), flat_net.parameters(), strict=True)
-    )
+    same = _all_equal(list(per_tensor_net.parameters()), list(flat_net.parameters()))
     torch_s, ours_s = alternate(per_tensor.step, flat.step, repeats, 200)
     return {"piece": f"Adam step ({kind})", "torch_s": torch_s, "ours_s": ours_s, "same": same}
 
@@ -94,15 +111,12 @@ def pool_row(obs_dim: int, actions: int, hidden: int, minibatch: int, repeats: i
     def mean(embeddings: torch.Tensor) -> torch.Tensor:
         return embeddings.mean(dim=1, keepdim=True)
 
-    def update_pass(pooling: Callable[[torch.Tensor], torch.Tensor]) -> list[torch.Tensor]:
-        network.zero_grad(set_to_none=True)
+    def pooled_by(pooling: Callable[[torch.Tensor], torch.Tensor]) -> list[torch.Tensor]:
         with mock.patch.object(networks, "pool", pooling):
-            logits, values = network(obs)
-        (logits.sum() + values.sum()).backward()
-        return [logits.detach(), values.detach(), *(p.grad for p in network.parameters())]
+            return update_pass(network, obs)
 
-    same = all(torch.equal(a, b) for a, b in zip(update_pass(mean), update_pass(pool), strict=True))
-    torch_s, ours_s = alternate(lambda: update_pass(mean), lambda: update_pass(pool), repeats, 3)
+    same = _all_equal(pooled_by(mean), pooled_by(pool))
+    torch_s, ours_s = alternate(lambda: pooled_by(mean), lambda: pooled_by(pool), repeats, 3)
     return {"piece": "scorer pass, pooling", "torch_s": torch_s, "ours_s": ours_s, "same": same}
 
 
@@ -123,25 +137,15 @@ def compile_row(
     kind: str, obs_dim: int, actions: int, hidden: int, minibatch: int, repeats: int
 ) -> dict:
     """One network's update pass, eager against `torch.compile`d, from the same weights."""
-    torch.manual_seed(0)
-    eager = build_network(kind, obs_dim, actions, hidden)
-    twin = build_network(kind, obs_dim, actions, hidden)
-    twin.load_state_dict(eager.state_dict())
+    eager, twin = _twins(kind, obs_dim, actions, hidden)
     compiled = torch.compile(twin)
     obs = torch.randn(minibatch, obs_dim, generator=torch.Generator().manual_seed(4))
-
-    def update_pass(network: torch.nn.Module) -> list[torch.Tensor]:
-        network.zero_grad(set_to_none=True)
-        logits, values = network(obs)
-        (logits.sum() + values.sum()).backward()
-        return [logits.detach(), values.detach(), *(p.grad for p in network.parameters())]
-
     start = time.perf_counter()
-    theirs = update_pass(compiled)
+    theirs = update_pass(compiled, obs)
     compile_s = time.perf_counter() - start
-    same = all(torch.equal(a, b) for a, b in zip(update_pass(eager), theirs, strict=True))
+    same = _all_equal(update_pass(eager, obs), theirs)
     eager_s, compiled_s = alternate(
-        lambda: update_pass(eager), lambda: update_pass(compiled), repeats, 3
+        lambda: update_pass(eager, obs), lambda: update_pass(compiled, obs), repeats, 3
     )
     return {
         "piece": f"{kind} update pass",
