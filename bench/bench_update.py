@@ -74,11 +74,18 @@ def _all_equal(first: list[torch.Tensor], second: list[torch.Tensor]) -> bool:
     return all(torch.equal(a, b) for a, b in zip(first, second, strict=True))
 
 
+def _flat_network(kind: str, obs_dim: int, actions: int, hidden: int) -> nn.Module:
+    """A flat network (`mlp`, `node-scorer`: one logit per node from the whole
+    observation), the kinds whose update these pieces were cut from; neither reads the
+    estate's split into regions."""
+    return build_network(kind, obs_dim, actions, hidden, nodes_per_region=actions)
+
+
 def _twins(kind: str, obs_dim: int, actions: int, hidden: int) -> tuple[nn.Module, nn.Module]:
     """Two networks of one kind with the same weights, each with its own parameters."""
     torch.manual_seed(0)
-    first = build_network(kind, obs_dim, actions, hidden)
-    second = build_network(kind, obs_dim, actions, hidden)
+    first = _flat_network(kind, obs_dim, actions, hidden)
+    second = _flat_network(kind, obs_dim, actions, hidden)
     second.load_state_dict(first.state_dict())
     return first, second
 
@@ -105,7 +112,7 @@ def pool_row(obs_dim: int, actions: int, hidden: int, minibatch: int, repeats: i
     """The node scorer's update pass (forward and backward of a minibatch) with its
     pooling written as torch's mean, then as `pool`."""
     torch.manual_seed(0)
-    network = build_network("node-scorer", obs_dim, actions, hidden)
+    network = _flat_network("node-scorer", obs_dim, actions, hidden)
     obs = torch.randn(minibatch, obs_dim, generator=torch.Generator().manual_seed(2))
 
     def mean(embeddings: torch.Tensor) -> torch.Tensor:

@@ -59,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
         "--overwrite", action="store_true", help="replace the results of an earlier run"
     )
     transfer = sub.add_parser(
-        "transfer", help="a trained node-scorer, unchanged, on another estate (--config)"
+        "transfer", help="a trained size-agnostic policy, unchanged, on another estate (--config)"
     )
     _add_config_args(transfer)
     transfer.add_argument(

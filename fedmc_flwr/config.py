@@ -114,9 +114,9 @@ class WorldConfig:
     """Per region, `[regions, nodes_per_region]` of the estate that region's client
     dispatches into: its own multi-cloud footprint, where it is region k (the same name
     and place) and the only ingress. Empty: every region dispatches into the one estate
-    above. Estates of different shapes federate one network only with `ppo.policy:
-    node-scorer`, whose parameters fit any estate, and the per-region lists above must
-    then be empty (they describe the shared estate's regions)."""
+    above. Estates of different shapes federate one network only with a `ppo.policy`
+    whose parameters fit any estate (`two-tier`, `node-scorer`), and the per-region lists
+    above must then be empty (they describe the shared estate's regions)."""
 
 
 def region_world(world: WorldConfig, region: int) -> WorldConfig:
@@ -144,6 +144,12 @@ def learner_world(world: WorldConfig, regions: Sequence[int]) -> WorldConfig:
             "cannot span them"
         )
     return worlds[0]
+
+
+POLICY_KINDS = ("two-tier", "mlp", "node-scorer")
+"""The networks `ppo.policy` may name (`policies/networks.py` builds them)."""
+SIZE_AGNOSTIC_POLICIES = ("two-tier", "node-scorer")
+"""The networks whose parameters fit an estate of any shape."""
 
 
 @dataclass
@@ -182,10 +188,11 @@ class PPOConfig:
     """Jobs per training episode; then the world restarts from a new seed (value bootstraps)."""
     torch_threads: int = 1
     """torch intra-op threads per learner (pinned: default threads give severe outliers)."""
-    policy: str = "mlp"
-    """Network kind: 'mlp' (flat MLPs over the whole estate, one estate shape) or
-    'node-scorer' (a shared per-node encoder and pooled estate context; its parameters do
-    not depend on the estate's size)."""
+    policy: str = "two-tier"
+    """Network kind (`policies/networks.py`): 'two-tier' (Tier 1 scores regions from
+    their summaries, Tier 2 the chosen region's nodes), 'mlp' (flat MLPs over the whole
+    estate, one estate shape) or 'node-scorer' (a shared per-node encoder and pooled
+    estate context). Only the mlp's parameters depend on the estate's size."""
 
 
 @dataclass
@@ -355,7 +362,7 @@ _RANGES: dict[str, _Check] = {
     "ppo.hidden_size": (_positive, "an integer > 0"),
     "ppo.episode_steps": (_positive, "an integer > 0"),
     "ppo.torch_threads": (_positive, "an integer > 0"),
-    "ppo.policy": (lambda v: v in ("mlp", "node-scorer"), "'mlp' or 'node-scorer'"),
+    "ppo.policy": (lambda v: v in POLICY_KINDS, f"one of {POLICY_KINDS}"),
     "train.rounds": (_positive, "an integer > 0"),
     "train.steps_per_round": (_positive, "an integer > 0"),
     "federation.strategy": (
@@ -538,10 +545,10 @@ def _check_region_estates(cfg: DictConfig, source: str) -> None:
         )
     if all(e == [cfg.world.regions, cfg.world.nodes_per_region] for e in estates):
         return
-    if cfg.ppo.policy != "node-scorer":
+    if cfg.ppo.policy not in SIZE_AGNOSTIC_POLICIES:
         raise ConfigError(
-            f"{source}: world.region_estates of different shapes need ppo.policy = "
-            f"'node-scorer' (the '{cfg.ppo.policy}' network has one estate's shape)"
+            f"{source}: world.region_estates of different shapes need ppo.policy in "
+            f"{SIZE_AGNOSTIC_POLICIES} (the '{cfg.ppo.policy}' network has one estate's shape)"
         )
     lists = [
         k

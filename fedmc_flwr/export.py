@@ -2,14 +2,16 @@
 
 The file holds the greedy policy exactly as `GreedyPolicy` acts: the observation
 normaliser (in float64, with the very shift and scale `ObservationNorm.affine` computes, so
-the network sees bit-identical inputs), the actor of either network kind (`ppo.policy`),
-the action mask (masked logits set to `MASKED_LOGIT`) and the argmax. Inputs: `obs`
+the network sees bit-identical inputs), the actor of any network kind (`ppo.policy`),
+the action mask (masked logits set to `MASKED_LOGIT`) and the argmax (for `two-tier`, tier
+by tier: its most probable region, then that region's most probable node; its logits are
+`log p(region) + log p(node | region)` of every node). Inputs: `obs`
 [B, obs_dim] float32 and `mask` [B, A] bool; outputs: `action` [B] int64 and `logits`
 [B, A] float32. The graph is written node by node from the torch module's own layers, so
 nothing traces Python code and no exporter version can change it. The estate's shape and
 region names travel as metadata, for the hooks that map an action back to a region and
-node. A node-scorer's weights fit any estate, so its checkpoint exports for whichever
-estate the config names.
+node. Two-tier and node-scorer weights fit any estate, so their checkpoints export for
+whichever estate the config names.
 """
 
 from __future__ import annotations
@@ -30,11 +32,12 @@ from fedmc_flwr.policies.networks import (
     ActorCritic,
     FlatMLP,
     NodeScorer,
+    TwoTier,
     build_network,
 )
 from fedmc_flwr.policies.normalisers import OBS_CLIP, ObservationNorm
 from fedmc_flwr.policies.ppo import weights_of_state
-from fedmc_flwr.sim.layout import GLOBAL_WIDTH, NODE_WIDTH, ObsLayout
+from fedmc_flwr.sim.layout import EXPECTED_DELAY, GLOBAL_WIDTH, NODE_WIDTH, ObsLayout
 from fedmc_flwr.sim.signals import build_spec
 
 OPSET = 17
@@ -82,7 +85,7 @@ class _Graph:
         return out
 
     def dense(self, stack: nn.Sequential, x: str, prefix: str) -> str:
-        """A stack of Linear and Tanh layers on `x` (any leading dimensions)."""
+        """A stack of Linear, Tanh and ReLU layers on `x` (any leading dimensions)."""
         for k, layer in enumerate(stack):
             out = f"{prefix}{k}"
             if isinstance(layer, nn.Linear):
@@ -92,6 +95,8 @@ class _Graph:
                 x = self.op("Add", [product, self.const(f"{prefix}b{k}", b)], out)
             elif isinstance(layer, nn.Tanh):
                 x = self.op("Tanh", [x], out)
+            elif isinstance(layer, nn.ReLU):
+                x = self.op("Relu", [x], out)
             else:
                 raise ExportError(f"cannot export layer {type(layer).__name__}")
         return x
@@ -134,6 +139,83 @@ def _scorer_logits(graph: _Graph, scorer: NodeScorer, x: str, num_nodes: int) ->
     return graph.op("Squeeze", [scores, graph.const("axis2", np.array([2], i64))], "raw")
 
 
+def _two_tier(graph: _Graph, network: TwoTier, x: str, layout: ObsLayout) -> tuple[str, str]:
+    """`TwoTier.masked_logits` (every node scored) and `TwoTier.greedy` (the most probable
+    region, then its most probable node) on `x`: (logits, action)."""
+    i64, f32 = np.int64, np.float32
+    regions, per_region = layout.num_regions, layout.num_nodes // layout.num_regions
+    flat = layout.num_nodes * NODE_WIDTH
+    graph.op(
+        "Slice",
+        [
+            x,
+            graph.const("node_lo", np.array([0], i64)),
+            graph.const("node_hi", np.array([flat], i64)),
+            graph.const("axis1", np.array([1], i64)),
+        ],
+        "node_flat",
+    )
+    estate = graph.const("estate_shape", np.array([-1, regions, per_region, NODE_WIDTH], i64))
+    nodes = graph.op("Reshape", ["node_flat", estate], "nodes")
+    graph.op(
+        "Slice",
+        [x, "node_hi", graph.const("glob_hi", np.array([flat + GLOBAL_WIDTH], i64)), "axis1"],
+        "globals",
+    )
+    grid = graph.const("grid_shape", np.array([-1, regions, per_region], i64))
+    graph.op("Reshape", ["mask", grid], "mask_rn")
+    graph.op("Cast", ["mask_rn"], "mask_f", to=TensorProto.FLOAT)
+    graph.op("ReduceMean", [nodes], "node_mean", axes=[2], keepdims=0)
+    delay_at = graph.const("delay_at", np.array(EXPECTED_DELAY, i64))
+    graph.op("Gather", [nodes, delay_at], "delay", axis=3)
+    inf = graph.const("inf", np.array(np.inf, f32))
+    graph.op("Where", ["mask_rn", "delay", inf], "valid_delay")
+    graph.op("ReduceMin", ["valid_delay"], "least_delay", axes=[2], keepdims=1)
+    graph.op("ReduceMax", ["mask_f"], "any_valid", axes=[2], keepdims=1)
+    graph.op("Cast", ["any_valid"], "valid1", to=TensorProto.BOOL)
+    zero = graph.const("zero", np.array(0.0, f32))
+    graph.op("Where", ["valid1", "least_delay", zero], "delay_summary")
+    graph.op("ReduceMean", ["mask_f"], "share", axes=[2], keepdims=1)
+    graph.op("Unsqueeze", ["globals", "axis1"], "globals1")
+    graph.op(
+        "Expand",
+        ["globals1", graph.const("per_region", np.array([1, regions, 1], i64))],
+        "globals_r",
+    )
+    graph.op("Concat", ["node_mean", "delay_summary", "share", "globals_r"], "summaries", axis=2)
+    axis2 = graph.const("axis2", np.array([2], i64))
+    axis3 = graph.const("axis3", np.array([3], i64))
+    masked = graph.const("masked", np.array(MASKED_LOGIT, dtype=f32))
+    region_raw = graph.dense(network.region_scorer, "summaries", "region")
+    graph.op("Squeeze", [region_raw, axis2], "region_raw")
+    graph.op("Squeeze", ["valid1", axis2], "valid")
+    graph.op("Where", ["valid", "region_raw", masked], "region_masked")
+    graph.op("LogSoftmax", ["region_masked"], "region_logp", axis=-1)
+    graph.op("Unsqueeze", ["globals1", "axis1"], "globals11")
+    spread = graph.const("per_node", np.array([1, regions, per_region, 1], i64))
+    graph.op("Expand", ["globals11", spread], "globals_rn")
+    graph.op("Concat", [nodes, "globals_rn"], "rows", axis=3)
+    node_raw = graph.dense(network.node_scorer, "rows", "node")
+    graph.op("Squeeze", [node_raw, axis3], "node_raw")
+    graph.op("Where", ["mask_rn", "node_raw", masked], "node_masked")
+    graph.op("LogSoftmax", ["node_masked"], "node_logp", axis=-1)
+    graph.op("Unsqueeze", ["region_logp", axis2], "region_logp1")
+    graph.op("Add", ["region_logp1", "node_logp"], "joint")
+    graph.op(
+        "Reshape",
+        ["joint", graph.const("flat_shape", np.array([-1, layout.num_nodes], i64))],
+        "raw",
+    )
+    graph.op("ArgMax", ["region_logp"], "region", axis=1, keepdims=1)
+    graph.op("GatherND", ["node_logp", "region"], "chosen_logp", batch_dims=1)
+    graph.op("ArgMax", ["chosen_logp"], "node", axis=1, keepdims=0)
+    graph.op("Squeeze", ["region", "axis1"], "region_b")
+    width = graph.const("nodes_per_region", np.array(per_region, i64))
+    graph.op("Mul", ["region_b", width], "first_node")
+    action = graph.op("Add", ["first_node", "node"], "action")
+    return "raw", action
+
+
 def policy_graph(
     network: ActorCritic,
     norm: ObservationNorm,
@@ -150,15 +232,19 @@ def policy_graph(
     hi = graph.const("hi", np.array(OBS_CLIP, dtype=np.float64))
     graph.op("Clip", ["scaled", lo, hi], "clipped")
     graph.op("Cast", ["clipped"], "x", to=TensorProto.FLOAT)
-    if isinstance(network, FlatMLP):
-        raw = graph.dense(network.actor, "x", "mlp")
-    elif isinstance(network, NodeScorer):
-        raw = _scorer_logits(graph, network, "x", layout.num_nodes)
+    if isinstance(network, TwoTier):
+        raw, _ = _two_tier(graph, network, "x", layout)
+        graph.op("Where", ["mask", raw, "masked"], "logits")
     else:
-        raise ExportError(f"cannot export network {type(network).__name__}")
-    masked = graph.const("masked", np.array(MASKED_LOGIT, dtype=np.float32))
-    graph.op("Where", ["mask", raw, masked], "logits")
-    graph.op("ArgMax", ["logits"], "action", axis=1, keepdims=0)
+        if isinstance(network, FlatMLP):
+            raw = graph.dense(network.actor, "x", "mlp")
+        elif isinstance(network, NodeScorer):
+            raw = _scorer_logits(graph, network, "x", layout.num_nodes)
+        else:
+            raise ExportError(f"cannot export network {type(network).__name__}")
+        masked = graph.const("masked", np.array(MASKED_LOGIT, dtype=np.float32))
+        graph.op("Where", ["mask", raw, masked], "logits")
+        graph.op("ArgMax", ["logits"], "action", axis=1, keepdims=0)
     body = helper.make_graph(
         graph.nodes,
         "fedmc_greedy_policy",
@@ -188,7 +274,9 @@ def load_network(
     for the estate and network kind `cfg` names."""
     spec = build_spec(cfg.world, cfg.reward)
     layout = ObsLayout(spec.num_nodes, spec.num_regions)
-    network = build_network(cfg.ppo.policy, layout.size, spec.num_nodes, cfg.ppo.hidden_size)
+    network = build_network(
+        cfg.ppo.policy, layout.size, spec.num_nodes, cfg.ppo.hidden_size, spec.nodes_per_region
+    )
     params = list(network.parameters())
     expected = len(params) + 2 * MOMENT_ARRAYS
     if len(weights) != expected:

@@ -1,7 +1,8 @@
 """`fedmc transfer`: a trained policy, unchanged, on another estate beside its dispatchers.
 
-A node scorer's parameters and statistics do not depend on the estate's size, so the
-global weights of a run on small_demo act as they are on 10 x 20 or 20 x 50 nodes. The
+A two-tier network's (and a node scorer's) parameters and statistics do not depend on the
+estate's size, so the global weights of a run on small_demo act as they are on 10 x 20 or
+20 x 50 nodes. The
 policy is judged on the target estate's held-out worlds, next to every dispatcher there,
 and written as `per_seed.csv` (the schema `fedmc report` pairs). One folder per trained
 run, `<target>-transfer-<source>`: `fedmc report` over the folders of several training
@@ -58,7 +59,7 @@ def run_transfer(checkpoint: Path, target: ExperimentConfig) -> Path:
     except ValueError as exc:
         raise ConfigError(
             f"{checkpoint}: its {source.ppo.policy} network does not fit {cfg.name}'s estate "
-            f"({exc}); only a node-scorer moves between estates"
+            f"({exc}); only two-tier and node-scorer networks move between estates"
         ) from None
     policy = learner.policy(POLICY)
     out = experiment_dir(cfg.results_dir, f"{cfg.name}-transfer-{source.name}")

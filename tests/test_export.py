@@ -55,7 +55,7 @@ def world_observations(
     world = world or learner.cfg.world
     sim = MultiCloudSim(world, learner.cfg.reward, np.arange(ENVS) % world.regions)
     obs, mask = sim.reset(np.arange(ENVS, dtype=np.uint64) + 1000)
-    policy = learner.policy()
+    policy = learner.policy().on_estate(world.nodes_per_region)
     seen_obs, seen_mask = [], []
     for _ in range(STEPS):
         seen_obs.append(obs)
@@ -94,9 +94,9 @@ def test_serving_never_imports_torch(trained, tmp_path) -> None:
     assert done.returncode == 0, done.stderr
 
 
-def test_an_mlp_export_refuses_another_estate_a_node_scorer_serves_it(trained, tmp_path) -> None:
-    """The flat MLP's shapes are its estate's; the node scorer's weights fit any estate,
-    and its export there acts as its torch copy does."""
+def test_an_mlp_export_refuses_another_estate_the_others_serve_it(trained, tmp_path) -> None:
+    """The flat MLP's shapes are its estate's; the two-tier and node-scorer weights fit
+    any estate, and their export there acts as their torch copy does."""
     learner, ckpt = trained
     other = tmp_path / "other.yaml"
     world = WorldConfig(regions=2, nodes_per_region=5)
@@ -108,7 +108,8 @@ def test_an_mlp_export_refuses_another_estate_a_node_scorer_serves_it(trained, t
     served = OnnxPolicy(export_checkpoint(ckpt, tmp_path / "p.onnx", config=other))
     obs, mask = world_observations(learner, world)
     assert obs.shape[1] == ObsLayout(10).size
-    np.testing.assert_array_equal(served.act(obs, mask), learner.policy().act(obs, mask))
+    policy = learner.policy().on_estate(world.nodes_per_region)
+    np.testing.assert_array_equal(served.act(obs, mask), policy.act(obs, mask))
 
 
 def test_cli_export_writes_the_file_and_fails_in_one_line(trained, tmp_path, capsys) -> None:

@@ -71,7 +71,7 @@ def test_a_node_scorer_acts_unchanged_on_a_bigger_estate(tmp_path: Path) -> None
 
 def test_a_flat_mlp_cannot_move_and_says_so(tmp_path: Path) -> None:
     ckpt = trained_run(tmp_path, "mlp")
-    with pytest.raises(ConfigError, match="only a node-scorer moves"):
+    with pytest.raises(ConfigError, match="only two-tier and node-scorer networks move"):
         run_transfer(ckpt, target_config(tmp_path / "results"))
 
 

@@ -1,7 +1,7 @@
 """PPO learner of one region (or of all regions pooled) on the batched MultiCloudSim.
 
-The algorithm follows CleanRL's ppo.py: an actor-critic (`networks.py`: the flat MLP or the
-size-agnostic node scorer, `ppo.policy`), GAE, the clipped surrogate, a value loss, an
+The algorithm follows CleanRL's ppo.py: an actor-critic (`networks.py`, `ppo.policy`: the
+two-tier network, the flat MLP or the node scorer), GAE, the clipped surrogate, a value loss, an
 entropy bonus, per-minibatch advantage normalisation, a global gradient-norm clip and
 several epochs of minibatches over each rollout. Dispatching is a continuing task (an
 estate never ends), so nothing is ever terminal: every rollout bootstraps from the value of
@@ -35,7 +35,7 @@ from torch import nn
 from fedmc_flwr.config import ExperimentConfig, PPOConfig, learner_world
 from fedmc_flwr.policies.flat_adam import FlatAdam
 from fedmc_flwr.policies.moments import MOMENT_ARRAYS, Moments
-from fedmc_flwr.policies.networks import MASKED_LOGIT, ActorCritic, build_network
+from fedmc_flwr.policies.networks import ActorCritic, build_network
 from fedmc_flwr.policies.normalisers import ObservationNorm, RunningNorm
 from fedmc_flwr.seeds import training_seed
 from fedmc_flwr.sim.world import MultiCloudSim
@@ -89,12 +89,10 @@ def ppo_loss(
     batch: dict[str, torch.Tensor],
     ppo: PPOConfig,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """The clipped-surrogate loss of one minibatch and its diagnostics."""
-    logits, values = model(batch["obs"])
-    logits = logits.masked_fill(~batch["mask"], MASKED_LOGIT)
-    logp_all = torch.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(1, batch["actions"].unsqueeze(1)).squeeze(1)
-    entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
+    """The clipped-surrogate loss of one minibatch and its diagnostics. The batch holds
+    the network's stored inputs (`ActorCritic.sample`) beside the rollout's columns."""
+    logp, entropy, values = model.evaluate(batch, batch["actions"])
+    entropy = entropy.mean()
     logratio = logp - batch["logprobs"]
     ratio = logratio.exp()
     adv = batch["advantages"]
@@ -124,18 +122,22 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
 class GreedyPolicy:
     """Argmax over masked logits of a frozen network and normaliser (serves `Policy`).
 
-    A node-scorer's copy acts on an estate of any size (the normaliser is per feature)."""
+    A two-tier or node-scorer copy acts on an estate of any size (the normaliser is per
+    feature)."""
 
     def __init__(self, name: str, network: ActorCritic, norm: ObservationNorm) -> None:
         self.name = name
         self._network = network
         self._norm = copy.deepcopy(norm)
 
+    def on_estate(self, nodes_per_region: int) -> GreedyPolicy:
+        """The same policy on an estate of another shape (zero-shot transfer)."""
+        return GreedyPolicy(self.name, self._network.on_estate(nodes_per_region), self._norm)
+
     def act(self, obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
         with torch.inference_mode():
             x = torch.from_numpy(self._norm(obs))
-            logits = self._network.masked_logits(x, torch.from_numpy(mask))
-            return logits.argmax(dim=1).numpy().astype(np.int64)
+            return self._network.greedy(x, torch.from_numpy(mask)).numpy().astype(np.int64)
 
 
 def weights_of_state(state: Mapping[str, np.ndarray]) -> list[np.ndarray]:
@@ -173,7 +175,11 @@ class PPOLearner:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(torch_seed)
             self.model = build_network(
-                cfg.ppo.policy, self.sim.obs_dim, self.sim.num_actions, cfg.ppo.hidden_size
+                cfg.ppo.policy,
+                self.sim.obs_dim,
+                self.sim.num_actions,
+                cfg.ppo.hidden_size,
+                self.sim.nodes_per_region,
             )
         self.params = list(self.model.parameters())
         self.norm = ObservationNorm()
@@ -278,10 +284,11 @@ class PPOLearner:
 
     @torch.inference_mode()
     def _collect(self, length: int, job_sums: np.ndarray) -> dict[str, torch.Tensor]:
-        """Run `length` batched steps; store what the update needs, flattened to [T*B]."""
-        b, d, a = self.sim.num_envs, self.sim.obs_dim, self.sim.num_actions
-        obs_buf = torch.empty((length, b, d))
-        mask_buf = torch.empty((length, b, a), dtype=torch.bool)
+        """Run `length` batched steps; store what the update needs, flattened to [T*B]:
+        the network's own inputs of each step (`ActorCritic.sample`) beside the actions,
+        log-probabilities, values and GAE's advantages and returns."""
+        b = self.sim.num_envs
+        inputs: dict[str, torch.Tensor] = {}
         act_buf = torch.empty((length, b), dtype=torch.int64)
         logp_buf = torch.empty((length, b))
         val_buf = torch.empty((length + 1, b))
@@ -291,17 +298,18 @@ class PPOLearner:
         x = torch.from_numpy(self.norm(self.obs))
         for t in range(length):
             m = torch.from_numpy(self.mask)
-            logits, values = self.model(x)
-            logits = logits.masked_fill(~m, MASKED_LOGIT)
-            logp_all = torch.log_softmax(logits, dim=-1)
-            noise = torch.rand(logits.shape, generator=self.generator)
-            action = (logits - torch.log(-torch.log(noise))).argmax(dim=1)
-            obs_buf[t] = x
-            mask_buf[t] = m
-            act_buf[t] = action
-            logp_buf[t] = logp_all.gather(1, action.unsqueeze(1)).squeeze(1)
-            val_buf[t] = values
-            result = self.sim.step(action.numpy())
+            step = self.model.sample(x, m, self.generator)
+            if not inputs:
+                inputs = {
+                    key: torch.empty((length, *value.shape), dtype=value.dtype)
+                    for key, value in step.inputs.items()
+                }
+            for key, value in step.inputs.items():
+                inputs[key][t] = value
+            act_buf[t] = step.action
+            logp_buf[t] = step.logprob
+            val_buf[t] = step.value
+            result = self.sim.step(step.action.numpy())
             rew_buf[t] = torch.from_numpy(self._scale_rewards(result.reward))
             job_sums[0] += result.reward.sum()
             job_sums[1:] += result.metrics.sum(axis=0)
@@ -310,18 +318,17 @@ class PPOLearner:
             ended = np.flatnonzero(self.elapsed >= self.ppo.episode_steps)
             if len(ended):
                 final = torch.from_numpy(self.norm(self.obs[ended]))
-                bootstrap[t, ended] = self.model(final)[1]
+                bootstrap[t, ended] = self.model.value(final, torch.from_numpy(self.mask[ended]))
                 cut_buf[t, ended] = True
                 self._restart(ended)
             self.norm.update(self.obs)
             x = torch.from_numpy(self.norm(self.obs))
-        val_buf[length] = self.model(x)[1]
+        val_buf[length] = self.model.value(x, torch.from_numpy(self.mask))
         next_values = torch.where(cut_buf, bootstrap, val_buf[1:])
         values = val_buf[:length]
         advantages = gae(rew_buf, values, next_values, cut_buf, self.ppo.gamma, self.ppo.gae_lambda)
-        return {
-            "obs": obs_buf.reshape(length * b, d),
-            "mask": mask_buf.reshape(length * b, a),
+        stored = {key: value.reshape(length * b, *value.shape[2:]) for key, value in inputs.items()}
+        return stored | {
             "actions": act_buf.reshape(-1),
             "logprobs": logp_buf.reshape(-1),
             "values": values.reshape(-1),
