@@ -10,9 +10,9 @@ import pytest
 
 from fedmc_flwr.config import ConfigError, load_config, region_world, shares_one_estate
 from fedmc_flwr.evaluation import evaluate
-from fedmc_flwr.export import read_checkpoint
+from fedmc_flwr.experiments.training import train
+from fedmc_flwr.integrations.export import read_checkpoint
 from fedmc_flwr.policies.ppo import PPOLearner
-from fedmc_flwr.training import train
 
 REPO = Path(__file__).resolve().parents[1]
 HETERO = REPO / "conf" / "hetero_estates.yaml"

@@ -8,8 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedmc_flwr.cli import main
-from fedmc_flwr.report import (
+from fedmc_flwr.analysis.report import (
     ReportError,
     collect,
     load,
@@ -17,6 +16,7 @@ from fedmc_flwr.report import (
     summary_frame,
     summary_table,
 )
+from fedmc_flwr.cli import main
 from fedmc_flwr.results import per_seed_writer
 
 REGIONS = ("us-east1", "europe-west9")

@@ -12,11 +12,11 @@ import torch
 from fedmc_flwr.cli import main
 from fedmc_flwr.config import ConfigError, ExperimentConfig, PPOConfig, WorldConfig, to_yaml
 from fedmc_flwr.evaluation import evaluate
-from fedmc_flwr.export import read_checkpoint
+from fedmc_flwr.experiments.transfer import POLICY, run_transfer
 from fedmc_flwr.federation.recorder import checkpoint
+from fedmc_flwr.integrations.export import read_checkpoint
 from fedmc_flwr.policies.ppo import PPOLearner
 from fedmc_flwr.sim.signals import region_catalogue
-from fedmc_flwr.transfer import POLICY, run_transfer
 
 TARGET = WorldConfig(regions=4, nodes_per_region=5)
 

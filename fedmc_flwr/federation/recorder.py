@@ -24,9 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fedmc_flwr.baselines import evaluate_dispatchers, summary_rows
 from fedmc_flwr.config import ExperimentConfig
-from fedmc_flwr.evaluation import EvalResult, per_seed_rows
+from fedmc_flwr.evaluation import EvalResult, evaluate_dispatchers, per_seed_rows, summary_rows
 from fedmc_flwr.federation.aggregation import RegionUpdate, Weights
 from fedmc_flwr.federation.wire import policy_name
 from fedmc_flwr.policies.ppo import ROUND_METRICS

@@ -36,7 +36,8 @@ from typing import Protocol
 
 import pandas as pd
 
-from fedmc_flwr.baselines import format_table
+from fedmc_flwr.analysis.plots import plot_metrics
+from fedmc_flwr.analysis.tables import format_table
 from fedmc_flwr.config import ConfigError, ExperimentConfig, load_config, to_yaml
 from fedmc_flwr.federation.processes import FlowerProcesses, owner_token, stop_stale
 from fedmc_flwr.federation.recorder import STATUS_FILE
@@ -51,7 +52,6 @@ from fedmc_flwr.federation.superlink import (
     start_superlink,
     write_connection,
 )
-from fedmc_flwr.plots import plot_metrics
 from fedmc_flwr.results import experiment_path, holds_results
 from fedmc_flwr.sim.compile_cache import warm_cache
 

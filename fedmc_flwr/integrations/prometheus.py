@@ -27,9 +27,9 @@ import httpx
 import numpy as np
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
-from fedmc_flwr.hooks.config import PrometheusHook
-from fedmc_flwr.hooks.decisions import Signals
-from fedmc_flwr.hooks.retry import with_retries
+from fedmc_flwr.integrations.config import PrometheusHook
+from fedmc_flwr.integrations.decisions import Signals
+from fedmc_flwr.integrations.retry import with_retries
 
 log = logging.getLogger("fedmc.hooks")
 

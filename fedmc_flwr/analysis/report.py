@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedmc_flwr.evaluation import (
+from fedmc_flwr.analysis.statistics import (
     Estimate,
     over_training_seeds,
     paired_difference,

@@ -23,7 +23,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from fedmc_flwr.evaluation import over_training_seeds
+from fedmc_flwr.analysis.statistics import over_training_seeds
 
 FORMATS = ("png", "svg")
 LABELS = {

@@ -13,11 +13,11 @@ are skipped, so an interrupted sweep resumes where it stopped, and a cell whose 
 changed is an error rather than a silent mix of two experiments. Cells run seed by seed,
 so a sweep stopped early still has complete comparisons over the seeds it finished.
 
-The summary (`summary.csv`, `summary.md`) pools the cells through `fedmc_flwr.report`:
+The summary (`summary.csv`, `summary.md`) pools the cells through `fedmc_flwr.analysis.report`:
 per policy, the mean and 95% CI over training seeds of every per-seed metric, and its
 paired difference against the baseline (training seeds and held-out worlds). The arena
 summary (`arena.csv`, `arena.md`) does the same for every trained policy and dispatcher
-in the joint arena (`fedmc_flwr.arena`: all regions' policies at once on one estate),
+in the joint arena (`fedmc_flwr.experiments.arena`: all regions' policies at once on one estate),
 beside each policy's level alone.
 """
 
@@ -185,7 +185,7 @@ def run_cell(cell: Cell, experiment: Path) -> None:
         if federate(experiment, list(cell.overrides)) != 0:
             raise RuntimeError(f"{cell.label}: the federated run failed; see its log")
     else:
-        from fedmc_flwr.training import train
+        from fedmc_flwr.experiments.training import train
 
         train(cell.cfg, cell.kind)
 
@@ -298,7 +298,7 @@ def curves(frame: pd.DataFrame) -> pd.DataFrame:
 def summarise_sweep(sweep: Sweep, baseline: str | None = None) -> tuple[Path, Path, Path]:
     """Write summary.csv, summary.md and curves.csv from the training seeds whose every
     cell is finished; return their paths."""
-    from fedmc_flwr.report import collect, format_markdown, summary_frame, summary_table
+    from fedmc_flwr.analysis.report import collect, format_markdown, summary_frame, summary_table
 
     seeds = complete_seeds(sweep)
     if not seeds:
@@ -326,10 +326,11 @@ def summarise_sweep(sweep: Sweep, baseline: str | None = None) -> tuple[Path, Pa
 
 def arena_frame(sweep: Sweep, seeds: list[int], progress: bool = True) -> pd.DataFrame:
     """Every finished cell of `seeds` and every dispatcher in the joint arena
-    (`fedmc_flwr.arena`), in per_seed.csv's schema with a `source` column. Each cell's rows
-    are kept in its folder's arena.csv and the dispatchers' in `<sweep>/arena/`, so a
-    summary evaluates only what is new (a rerun cell loses its file with its folder)."""
-    from fedmc_flwr import arena
+    (`fedmc_flwr.experiments.arena`), in per_seed.csv's schema with a `source` column.
+    Each cell's rows are kept in its folder's arena.csv and the dispatchers' in
+    `<sweep>/arena/`, so a summary evaluates only what is new (a rerun cell loses its file
+    with its folder)."""
+    from fedmc_flwr.experiments import arena
 
     cells = [cell for cell in sweep.cells if cell.seed in seeds]
     dispatchers = sweep.out_dir / "arena" / arena.ARENA_FILE
@@ -369,7 +370,7 @@ def _write_rows(path: Path, rows: list[dict]) -> None:
 def summarise_arena(sweep: Sweep, seeds: list[int], baseline: str) -> tuple[Path, Path]:
     """arena.csv and arena.md of the sweep: each policy in the joint arena, paired against
     `baseline` there, and beside its level alone (summary.csv)."""
-    from fedmc_flwr.report import collect, format_markdown, summary_frame, summary_table
+    from fedmc_flwr.analysis.report import collect, format_markdown, summary_frame, summary_table
 
     summary = summary_frame(collect(arena_frame(sweep, seeds)), baseline)
     csv_path = sweep.out_dir / "arena.csv"
@@ -397,7 +398,7 @@ def summarise_arena(sweep: Sweep, seeds: list[int], baseline: str) -> tuple[Path
         )
     md_path.write_text(
         f"Sweep `{sweep.name}` in the joint arena: every region's jobs arrive at one shared "
-        "estate at once, each routed by its own region's policy (`fedmc_flwr.arena`); "
+        "estate at once, each routed by its own region's policy (`fedmc_flwr.experiments.arena`); "
         f"training seeds {seeds}, learners at their last round, 95% CIs as in summary.md, "
         "differences paired per arena world.\n\n"
         f"Alone (summary.md, mean over regions) and in the arena, reward per job:\n\n"
@@ -410,7 +411,7 @@ def summarise_arena(sweep: Sweep, seeds: list[int], baseline: str) -> tuple[Path
 
 def main(config: Path, baseline: str | None, summary_only: bool, jobs: int = 1) -> int:
     """`fedmc sweep`: run what is missing, then summarise; the exit code."""
-    from fedmc_flwr.report import ReportError
+    from fedmc_flwr.analysis.report import ReportError
 
     sweep = load_sweep(config)
     try:

@@ -42,13 +42,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run `export` or `hooks`; returns the exit code."""
-    from fedmc_flwr.hooks.mode import LiveRefused
-    from fedmc_flwr.hooks.retry import ServiceUnavailable
+    from fedmc_flwr.integrations.mode import LiveRefused
+    from fedmc_flwr.integrations.retry import ServiceUnavailable
 
     logging.basicConfig(format="fedmc: %(message)s", level=logging.WARNING)
     try:
         if args.command == "export":
-            from fedmc_flwr.export import ExportError, export_checkpoint
+            from fedmc_flwr.integrations.export import ExportError, export_checkpoint
 
             try:
                 print(export_checkpoint(args.checkpoint, args.out, args.config))
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
                 print(f"fedmc: export: {exc}", file=sys.stderr)
                 return 2
             return 0
-        from fedmc_flwr.hooks.runner import run_hook
+        from fedmc_flwr.integrations.runner import run_hook
 
         config = args.config or Path(DEFAULT_CONFIGS[args.hook])
         return run_hook(args.hook, args.action, args.policy, config, args.log)

@@ -118,7 +118,7 @@ def trained_policies(
     """A factory of one greedy policy per region from a finished run's checkpoints:
     'federated' (the last round's global weights, for every region), 'centralised' (one
     learner for every region) or 'local' (each region's own learner)."""
-    from fedmc_flwr.export import read_checkpoint
+    from fedmc_flwr.integrations.export import read_checkpoint
     from fedmc_flwr.policies.ppo import PPOLearner, weights_of_state
 
     checkpoints = run_dir / "checkpoints"

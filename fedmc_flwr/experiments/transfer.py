@@ -13,10 +13,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from fedmc_flwr.baselines import evaluate_dispatchers, format_table, summary_rows
+from fedmc_flwr.analysis.tables import format_table
 from fedmc_flwr.config import ConfigError, ExperimentConfig, load_config, to_yaml
-from fedmc_flwr.evaluation import evaluate, per_seed_rows
-from fedmc_flwr.export import ExportError, checkpoint_config, read_checkpoint
+from fedmc_flwr.evaluation import evaluate, evaluate_dispatchers, per_seed_rows, summary_rows
+from fedmc_flwr.integrations.export import ExportError, checkpoint_config, read_checkpoint
 from fedmc_flwr.policies.ppo import PPOLearner
 from fedmc_flwr.results import experiment_dir, per_seed_writer
 from fedmc_flwr.sim.signals import region_catalogue

@@ -23,9 +23,15 @@ import dataclasses
 import time
 from pathlib import Path
 
-from fedmc_flwr.baselines import evaluate_dispatchers, format_table, summary_rows
+from fedmc_flwr.analysis.tables import format_table
 from fedmc_flwr.config import ConfigError, ExperimentConfig, shares_one_estate, to_yaml
-from fedmc_flwr.evaluation import EvalResult, evaluate, per_seed_rows
+from fedmc_flwr.evaluation import (
+    EvalResult,
+    evaluate,
+    evaluate_dispatchers,
+    per_seed_rows,
+    summary_rows,
+)
 from fedmc_flwr.policies.ppo import ROUND_METRICS, PPOLearner
 from fedmc_flwr.results import TIMING_COLUMNS, MetricsWriter, experiment_dir, per_seed_writer
 from fedmc_flwr.seeds import learner_seed
