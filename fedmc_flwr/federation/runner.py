@@ -14,7 +14,7 @@ PID at the end, on failure, on Ctrl-C and at the deadline alike.
 Before Flower starts, it settles what to do with an experiment that already holds results
 (refuse, overwrite, or resume after the last completed round: `federation.resume`),
 stops whatever a killed earlier run of the same experiment left running, and loads or
-compiles the simulator's kernels once (`sim.compile_cache`), so that no client compiles
+compiles the simulator's kernels once (`sim.world.warm_cache`), so that no client compiles
 them in round 1.
 """
 
@@ -53,7 +53,7 @@ from fedmc_flwr.federation.superlink import (
     write_connection,
 )
 from fedmc_flwr.results import experiment_path, holds_results
-from fedmc_flwr.sim.compile_cache import warm_cache
+from fedmc_flwr.sim.world import warm_cache
 
 __all__ = ["RunError", "SimulationEngine", "run_federation"]
 
