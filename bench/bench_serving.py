@@ -27,8 +27,9 @@ import numpy as np
 import torch
 
 from fedmc_flwr.config import load_config
-from fedmc_flwr.integrations.export import export_policy, read_checkpoint
+from fedmc_flwr.integrations.export import export_policy
 from fedmc_flwr.integrations.serving import OnnxPolicy
+from fedmc_flwr.policies.checkpoints import read_checkpoint
 from fedmc_flwr.policies.ppo import PPOLearner
 from fedmc_flwr.sim.world import MultiCloudSim
 

@@ -184,9 +184,9 @@ def _credentials(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `fedmc` console script; returns the process exit code."""
     args = _parser().parse_args(argv)
-    if args.command in ("export", "hooks"):
-        return hooks_cli.run(args)
     try:
+        if args.command in ("export", "hooks"):
+            return hooks_cli.run(args)
         if args.command == "baselines":
             cfg = _config(args)
             from fedmc_flwr.experiments.baselines import run_baselines
@@ -225,18 +225,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             for path in paths:
                 print(path)
         elif args.command == "report":
-            from fedmc_flwr.analysis.report import ReportError, parse_round, report
+            from fedmc_flwr.analysis.report import parse_round, report
 
-            try:
-                print(report(args.dirs, args.baselines, parse_round(args.round), args.markdown))
-            except (ReportError, ValueError) as exc:
-                print(f"fedmc: report: {exc}", file=sys.stderr)
-                return 2
+            print(report(args.dirs, args.baselines, parse_round(args.round), args.markdown))
     except InputError as exc:
         print(f"fedmc: {exc.label}{exc}", file=sys.stderr)
         return 2
     except RunFailure as exc:
-        print(f"fedmc: {exc}", file=sys.stderr)
+        if not exc.logged:
+            print(f"fedmc: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("fedmc: interrupted", file=sys.stderr)

@@ -102,6 +102,9 @@ PER_SEED_VALUES: tuple[str, ...] = PER_SEED_COLUMNS[10:]
 
 PER_SEED_FILE = "per_seed.csv"
 
+CHECKPOINTS = "checkpoints"
+"""The folder of a run's saved policies (`fedmc_flwr.policies.checkpoints`)."""
+
 PHASES = ("train", "eval", "failed")
 """`failed` rows name a region that was left out of a round's training or evaluation."""
 
@@ -112,7 +115,7 @@ EXPERIMENT_FILES = (
     "config.yaml",
     "progress.json",
     "status.json",
-    "checkpoints",
+    CHECKPOINTS,
     "clients",
     "plots",
 )

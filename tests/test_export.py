@@ -13,9 +13,9 @@ import torch
 
 from fedmc_flwr.cli import main
 from fedmc_flwr.config import ExperimentConfig, PPOConfig, WorldConfig, to_yaml
-from fedmc_flwr.federation.recorder import checkpoint
 from fedmc_flwr.integrations.export import ExportError, export_checkpoint
 from fedmc_flwr.integrations.serving import OnnxPolicy
+from fedmc_flwr.policies.checkpoints import write_weights
 from fedmc_flwr.policies.networks import KINDS, MASKED_LOGIT
 from fedmc_flwr.policies.ppo import PPOLearner
 from fedmc_flwr.sim.layout import ObsLayout
@@ -43,7 +43,7 @@ def trained(
     run = tmp_path_factory.mktemp("run")
     (run / "config.yaml").write_text(to_yaml(cfg))
     path = run / "checkpoints" / "round_001.npz"
-    checkpoint(path, learner.get_weights())
+    write_weights(path, learner.get_weights())
     return learner, path
 
 

@@ -41,6 +41,7 @@ from fedmc_flwr.analysis.statistics import (
     paired_over_seeds_and_worlds,
     stratified_mean,
 )
+from fedmc_flwr.errors import InputError
 from fedmc_flwr.results import PER_SEED_FILE, PER_SEED_VALUES, read_per_seed
 
 FIXED = -1
@@ -50,8 +51,10 @@ WORLD = ["client", "eval_seed"]
 POINT_METRICS = ("latency_ms", "latency_p95_ms", "slo_violation", "cost_usd", "carbon_g")
 
 
-class ReportError(Exception):
+class ReportError(InputError, ValueError):
     """Input the report cannot use; the message is one line for the user."""
+
+    label = "report: "
 
 
 @dataclass
@@ -477,7 +480,7 @@ def parse_round(text: str) -> int | None:
     try:
         value = int(text)
     except ValueError:
-        raise ValueError(f"--round must be 'last' or a round number, got {text!r}") from None
+        raise ReportError(f"--round must be 'last' or a round number, got {text!r}") from None
     if value < 1:
-        raise ValueError(f"--round must be >= 1, got {value}")
+        raise ReportError(f"--round must be >= 1, got {value}")
     return value

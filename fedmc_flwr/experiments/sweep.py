@@ -39,6 +39,7 @@ from omegaconf.errors import OmegaConfBaseException
 from tqdm import tqdm
 
 from fedmc_flwr.config import ConfigError, ExperimentConfig, load_config, shares_one_estate
+from fedmc_flwr.errors import RunFailure
 from fedmc_flwr.results import (
     PER_SEED_COLUMNS,
     PER_SEED_FILE,
@@ -169,6 +170,10 @@ def is_finished(cell: Cell) -> bool:
     return len(last) == cell.cfg.world.regions * cell.cfg.eval.seeds
 
 
+class CellFailed(RunFailure, RuntimeError):
+    """A cell's run did not finish; the sweep stops there (rerun it to continue)."""
+
+
 def federate(config: Path, overrides: list[str]) -> int:
     """One federated run through Flower (`fedmc run`'s runner); its exit code. The cell's
     folder is new or a half-written one `run_cell` removed, so nothing is refused."""
@@ -183,7 +188,7 @@ def run_cell(cell: Cell, experiment: Path) -> None:
         shutil.rmtree(cell.out_dir)
     if cell.kind == "federated":
         if federate(experiment, list(cell.overrides)) != 0:
-            raise RuntimeError(f"{cell.label}: the federated run failed; see its log")
+            raise CellFailed(f"{cell.label}: the federated run failed; see its log")
     else:
         from fedmc_flwr.experiments.training import train
 
@@ -410,25 +415,16 @@ def summarise_arena(sweep: Sweep, seeds: list[int], baseline: str) -> tuple[Path
 
 
 def main(config: Path, baseline: str | None, summary_only: bool, jobs: int = 1) -> int:
-    """`fedmc sweep`: run what is missing, then summarise; the exit code."""
-    from fedmc_flwr.analysis.report import ReportError
-
+    """`fedmc sweep`: run what is missing, then summarise; the exit code (a failed cell
+    is a `CellFailed`, a summary that cannot be made a `ReportError`)."""
     sweep = load_sweep(config)
-    try:
-        if not summary_only:
-            run_sweep(sweep, jobs=jobs)
-    except RuntimeError as exc:
-        print(f"fedmc: sweep: {exc}", file=sys.stderr)
-        return 1
-    try:
-        paths = summarise_sweep(sweep, baseline)
-        if shares_one_estate(sweep.cells[0].cfg):
-            paths += summarise_arena(sweep, complete_seeds(sweep), baseline or sweep.baseline)
-        else:
-            print("fedmc: sweep: no arena: the regions' estates differ (world.region_estates)")
-    except ReportError as exc:
-        print(f"fedmc: sweep: {exc}", file=sys.stderr)
-        return 2
+    if not summary_only:
+        run_sweep(sweep, jobs=jobs)
+    paths = summarise_sweep(sweep, baseline)
+    if shares_one_estate(sweep.cells[0].cfg):
+        paths += summarise_arena(sweep, complete_seeds(sweep), baseline or sweep.baseline)
+    else:
+        print("fedmc: sweep: no arena: the regions' estates differ (world.region_estates)")
     for path in paths:
         print(path)
     for summary in paths:

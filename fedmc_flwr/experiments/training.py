@@ -32,6 +32,7 @@ from fedmc_flwr.evaluation import (
     per_seed_rows,
     summary_rows,
 )
+from fedmc_flwr.policies.checkpoints import learner_checkpoint
 from fedmc_flwr.policies.ppo import ROUND_METRICS, PPOLearner
 from fedmc_flwr.results import TIMING_COLUMNS, MetricsWriter, experiment_dir, per_seed_writer
 from fedmc_flwr.seeds import learner_seed
@@ -157,7 +158,7 @@ def train(cfg: ExperimentConfig, mode: str, *, overwrite: bool = True) -> Path:
         )
     for client, learner in learners.items():
         name = policy if client == "all" else f"{policy}-{client}"
-        learner.save(out / "checkpoints" / f"{name}.npz")
+        learner.save(learner_checkpoint(out, name))
     print(format_table([*dispatcher_rows, *learner_rows]))
     print(f"wrote {out / 'metrics.csv'}")
     return out / "metrics.csv"

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from fedmc_flwr.config import load_config
+from fedmc_flwr.errors import InputError
 from fedmc_flwr.integrations.config import IntegrationConfig, load_integration
 from fedmc_flwr.integrations.decisions import Decisions, Signals, decide
 from fedmc_flwr.integrations.mode import LIVE, ActionLog, current_mode, require_credentials
@@ -21,6 +22,12 @@ from fedmc_flwr.integrations.retry import ServiceUnavailable
 from fedmc_flwr.integrations.serving import OnnxPolicy
 
 log = logging.getLogger("fedmc.hooks")
+
+
+class PolicyMissing(InputError, FileNotFoundError):
+    """The hook was pointed at no policy file."""
+
+    label = "hooks: "
 
 
 def _kubeconfig(cfg: IntegrationConfig) -> str | None:
@@ -50,14 +57,15 @@ def _signals(cfg: IntegrationConfig, regions: list[str]) -> Signals:
 
 
 def run_hook(hook: str, action: str, policy_path: Path, config: Path, log_path: Path | None) -> int:
-    """Run one hook; returns the exit code (LiveRefused and ConfigError propagate)."""
+    """Run one hook; returns the exit code (LiveRefused, PolicyMissing and ConfigError
+    propagate)."""
     cfg = load_integration(config)
     mode = current_mode()
     live = action == "apply" and mode == LIVE
     if live:
         require_credentials(hook, _credentials(hook, cfg))
     if not policy_path.is_file():
-        raise FileNotFoundError(f"{policy_path}: no such policy (write one with fedmc export)")
+        raise PolicyMissing(f"{policy_path}: no such policy (write one with fedmc export)")
     policy = OnnxPolicy(policy_path)
     experiment = load_config(cfg.experiment)
     actions = ActionLog(
