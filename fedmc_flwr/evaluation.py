@@ -18,11 +18,13 @@ from tqdm import tqdm
 from fedmc_flwr import seeds as seed_spaces
 from fedmc_flwr.analysis.statistics import ci95, mean_over_regions
 from fedmc_flwr.config import ExperimentConfig, region_world
+from fedmc_flwr.metrics import POINT_METRICS
 from fedmc_flwr.policies.base import PolicyFactory
 from fedmc_flwr.policies.heuristics import DISPATCHERS
 from fedmc_flwr.sim.world import METRIC_NAMES, MultiCloudSim
 
 LATENCY = METRIC_NAMES.index("latency_ms")
+P95 = "latency_p95_ms"
 
 
 def heldout_seeds(cfg: ExperimentConfig, region: int) -> np.ndarray:
@@ -43,7 +45,7 @@ class EvalResult:
     means: dict[str, float]
     """Mean per job over all seeds of every metric in METRIC_NAMES."""
     latency_p95_ms: float
-    """95th percentile of latency over every job of every seed."""
+    """Mean over the seeds of each seed's 95th percentile of job latency (`metrics`)."""
     split: str = "test"
     """The held-out split the seeds come from."""
     eval_seeds: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
@@ -62,12 +64,10 @@ class EvalResult:
             "steps": self.steps * self.seeds,
             "reward": float(self.per_seed_reward.mean()),
             "reward_ci95": ci95(self.per_seed_reward),
-            "latency_ms": self.means["latency_ms"],
-            "latency_p95_ms": self.latency_p95_ms,
-            "slo_violation_rate": self.means["slo_violation"],
-            "cost_usd": self.means["cost_usd"],
-            "carbon_g": self.means["carbon_g"],
-            "energy_kwh": self.means["energy_kwh"],
+            **{
+                m.csv_column: self.latency_p95_ms if m.name == P95 else self.means[m.name]
+                for m in POINT_METRICS
+            },
         }
 
     def seed_rows(self) -> list[dict[str, float | int | str]]:
@@ -92,7 +92,7 @@ class EvalResult:
         ]
 
 
-PER_SEED_METRICS = (*METRIC_NAMES, "latency_p95_ms")
+PER_SEED_METRICS = (*METRIC_NAMES, P95)
 """The per-seed values an EvalResult keeps besides the reward."""
 
 
@@ -139,6 +139,7 @@ def evaluate(
     sim.reset(seeds, phases=phases)
     reward_sum, metric_sum, latencies = rollout(sim, policy.act, steps)
     per_seed = metric_sum / steps
+    p95 = np.percentile(latencies, 95, axis=0)
     return EvalResult(
         policy=policy.name,
         region=region,
@@ -146,25 +147,18 @@ def evaluate(
         steps=steps,
         per_seed_reward=reward_sum / steps,
         means={name: float(per_seed[:, j].mean()) for j, name in enumerate(METRIC_NAMES)},
-        latency_p95_ms=float(np.percentile(latencies, 95)),
+        latency_p95_ms=float(p95.mean()),
         split=cfg.eval.split,
         eval_seeds=np.asarray(seeds, dtype=np.uint64),
         start_phases=np.asarray(phases, dtype=np.float64),
         per_seed={
             **{name: per_seed[:, j].copy() for j, name in enumerate(METRIC_NAMES)},
-            "latency_p95_ms": np.percentile(latencies, 95, axis=0),
+            P95: p95,
         },
     )
 
 
-_AVERAGED = (
-    "latency_ms",
-    "latency_p95_ms",
-    "slo_violation_rate",
-    "cost_usd",
-    "carbon_g",
-    "energy_kwh",
-)
+_AVERAGED = tuple(metric.csv_column for metric in POINT_METRICS)
 """Columns of a `client="all"` row that are the mean over regions."""
 
 

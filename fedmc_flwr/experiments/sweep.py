@@ -376,6 +376,7 @@ def summarise_arena(sweep: Sweep, seeds: list[int], baseline: str) -> tuple[Path
     """arena.csv and arena.md of the sweep: each policy in the joint arena, paired against
     `baseline` there, and beside its level alone (summary.csv)."""
     from fedmc_flwr.analysis.report import collect, format_markdown, summary_frame, summary_table
+    from fedmc_flwr.analysis.tables import with_ci
 
     summary = summary_frame(collect(arena_frame(sweep, seeds)), baseline)
     csv_path = sweep.out_dir / "arena.csv"
@@ -391,14 +392,14 @@ def summarise_arena(sweep: Sweep, seeds: list[int], baseline: str) -> tuple[Path
         side.append(
             [
                 row["policy"],
-                f"{mine['reward']:.4f} ± {mine['reward_ci95']:.4f}",
-                f"{row['reward']:.4f} ± {row['reward_ci95']:.4f}",
+                with_ci(mine["reward"], mine["reward_ci95"]),
+                with_ci(row["reward"], row["reward_ci95"]),
                 "(baseline)"
                 if row["policy"] == baseline
-                else f"{mine['d_reward']:+.4f} ± {mine['d_reward_ci95']:.4f}",
+                else with_ci(mine["d_reward"], mine["d_reward_ci95"], sign="+"),
                 "(baseline)"
                 if row["policy"] == baseline
-                else f"{row['d_reward']:+.4f} ± {row['d_reward_ci95']:.4f}",
+                else with_ci(row["d_reward"], row["d_reward_ci95"], sign="+"),
             ]
         )
     md_path.write_text(

@@ -23,7 +23,7 @@ import dataclasses
 import time
 from pathlib import Path
 
-from fedmc_flwr.analysis.tables import format_table
+from fedmc_flwr.analysis.tables import format_table, with_ci
 from fedmc_flwr.config import ConfigError, ExperimentConfig, shares_one_estate, to_yaml
 from fedmc_flwr.evaluation import (
     EvalResult,
@@ -154,7 +154,7 @@ def train(cfg: ExperimentConfig, mode: str, *, overwrite: bool = True) -> Path:
         )
         print(
             f"[{policy}] round {rnd}/{cfg.train.rounds} held-out reward "
-            f"{overall['reward']:.4f} ± {overall['reward_ci95']:.4f}"
+            + with_ci(overall["reward"], overall["reward_ci95"])
         )
     for client, learner in learners.items():
         name = policy if client == "all" else f"{policy}-{client}"
