@@ -35,10 +35,15 @@ from pathlib import Path
 
 import pandas as pd
 from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 from tqdm import tqdm
 
-from fedmc_flwr.config import ConfigError, ExperimentConfig, load_config, shares_one_estate
+from fedmc_flwr.config import (
+    ConfigError,
+    ExperimentConfig,
+    load_config,
+    read_yaml,
+    shares_one_estate,
+)
 from fedmc_flwr.errors import RunFailure
 from fedmc_flwr.results import (
     PER_SEED_COLUMNS,
@@ -116,14 +121,7 @@ def load_sweep(path: str | Path, results_dir: str | Path | None = None) -> Sweep
     """Read and check a sweep file; every cell's config is loaded (and so validated) here.
     `results_dir` replaces the file's (a notebook or a test writes elsewhere)."""
     path = Path(path).resolve()
-    if not path.is_file():
-        raise ConfigError(f"{path}: no such sweep file")
-    try:
-        spec: SweepSpec = OmegaConf.to_object(
-            OmegaConf.merge(OmegaConf.structured(SweepSpec), OmegaConf.load(path))
-        )  # type: ignore[assignment]
-    except OmegaConfBaseException as exc:
-        raise ConfigError(f"{path}: {str(exc).splitlines()[0]}") from None
+    spec: SweepSpec = OmegaConf.to_object(read_yaml(path, SweepSpec, "sweep file"))  # type: ignore[assignment]
     if not spec.variants:
         raise ConfigError(f"{path}: variants: expected at least one")
     if not spec.seeds or len(set(spec.seeds)) != len(spec.seeds):
