@@ -27,9 +27,10 @@ import numpy as np
 import torch
 
 from fedmc_flwr.config import load_config
-from fedmc_flwr.export import export_policy, read_checkpoint
+from fedmc_flwr.integrations.export import export_policy
+from fedmc_flwr.integrations.serving import OnnxPolicy
+from fedmc_flwr.policies.checkpoints import read_checkpoint
 from fedmc_flwr.policies.ppo import PPOLearner
-from fedmc_flwr.serving import OnnxPolicy
 from fedmc_flwr.sim.world import MultiCloudSim
 
 TARGET_P99_US = 100.0

@@ -38,15 +38,16 @@ import torch
 from stable_baselines3 import PPO
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
+from fedmc_flwr.analysis.statistics import Estimate, paired_difference
 from fedmc_flwr.config import ExperimentConfig, load_config
-from fedmc_flwr.evaluation import Estimate, evaluate, paired_difference
+from fedmc_flwr.evaluation import evaluate
+from fedmc_flwr.experiments.training import matched_config
 from fedmc_flwr.federation.aggregation import RegionUpdate, aggregate
 from fedmc_flwr.policies.heuristics import DISPATCHERS
 from fedmc_flwr.policies.ppo import STATISTICS, PPOLearner
 from fedmc_flwr.seeds import learner_seed
 from fedmc_flwr.sim import ENV_ID
 from fedmc_flwr.sim.signals import region_catalogue
-from fedmc_flwr.training import matched_config
 
 SB3_ENVS = 8
 Act = Callable[[np.ndarray, np.ndarray], np.ndarray]

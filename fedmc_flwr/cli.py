@@ -14,7 +14,7 @@ from pathlib import Path
 
 from fedmc_flwr.config import ConfigError, ExperimentConfig, load_config
 from fedmc_flwr.errors import InputError, RunFailure
-from fedmc_flwr.hooks import cli as hooks_cli
+from fedmc_flwr.integrations import cli as hooks_cli
 
 DEFAULT_CONFIG = "conf/small_demo.yaml"
 
@@ -148,7 +148,7 @@ def _run(args: argparse.Namespace) -> int:
     cfg = _config(args)
     from fedmc_flwr.federation.deployment import DeploymentEngine
     from fedmc_flwr.federation.runner import run_federation
-    from fedmc_flwr.hooks.prometheus import exporting
+    from fedmc_flwr.integrations.prometheus import exporting
     from fedmc_flwr.results import experiment_path
 
     engine = None
@@ -184,22 +184,22 @@ def _credentials(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `fedmc` console script; returns the process exit code."""
     args = _parser().parse_args(argv)
-    if args.command in ("export", "hooks"):
-        return hooks_cli.run(args)
     try:
+        if args.command in ("export", "hooks"):
+            return hooks_cli.run(args)
         if args.command == "baselines":
             cfg = _config(args)
-            from fedmc_flwr.baselines import run_baselines
+            from fedmc_flwr.experiments.baselines import run_baselines
 
             run_baselines(cfg)
         elif args.command == "train":
             cfg = _config(args)
-            from fedmc_flwr.training import train
+            from fedmc_flwr.experiments.training import train
 
             train(cfg, args.mode, overwrite=args.overwrite)
         elif args.command == "transfer":
             cfg = _config(args)
-            from fedmc_flwr.transfer import run_transfer
+            from fedmc_flwr.experiments.transfer import run_transfer
 
             run_transfer(args.checkpoint, cfg)
         elif args.command in ("run", "deploy"):
@@ -207,12 +207,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "credentials":
             _credentials(args)
         elif args.command == "sweep":
-            from fedmc_flwr.sweep import main as sweep_main
+            from fedmc_flwr.experiments.sweep import main as sweep_main
 
             return sweep_main(args.config, args.baseline, args.summary_only, args.jobs)
         elif args.command == "plot":
-            from fedmc_flwr.plots import plot_metrics
-            from fedmc_flwr.sweep_plots import plot_sweep
+            from fedmc_flwr.analysis.plots import plot_metrics
+            from fedmc_flwr.analysis.sweep_plots import plot_sweep
 
             try:
                 if args.metrics.is_dir():
@@ -225,18 +225,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             for path in paths:
                 print(path)
         elif args.command == "report":
-            from fedmc_flwr.report import ReportError, parse_round, report
+            from fedmc_flwr.analysis.report import parse_round, report
 
-            try:
-                print(report(args.dirs, args.baselines, parse_round(args.round), args.markdown))
-            except (ReportError, ValueError) as exc:
-                print(f"fedmc: report: {exc}", file=sys.stderr)
-                return 2
+            print(report(args.dirs, args.baselines, parse_round(args.round), args.markdown))
     except InputError as exc:
         print(f"fedmc: {exc.label}{exc}", file=sys.stderr)
         return 2
     except RunFailure as exc:
-        print(f"fedmc: {exc}", file=sys.stderr)
+        if not exc.logged:
+            print(f"fedmc: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("fedmc: interrupted", file=sys.stderr)

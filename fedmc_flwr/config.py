@@ -575,10 +575,10 @@ def _describe(exc: OmegaConfBaseException) -> str:
     return f"{key}: {message[:200]}"
 
 
-def _read_yaml(path: Path, chain: tuple[Path, ...] = ()) -> DictConfig:
-    """Read one YAML file and, first, the file it inherits from (recursively)."""
+def _read_yaml(path: Path, what: str, inherits: bool, chain: tuple[Path, ...] = ()) -> DictConfig:
+    """Read one YAML file and, if `inherits`, first the file it inherits from (recursively)."""
     if not path.is_file():
-        raise ConfigError(f"{path}: no such config file")
+        raise ConfigError(f"{path}: no such {what}")
     if path in chain:
         raise ConfigError(f"{path}: inherits from itself through {' -> '.join(map(str, chain))}")
     try:
@@ -588,23 +588,34 @@ def _read_yaml(path: Path, chain: tuple[Path, ...] = ()) -> DictConfig:
         raise ConfigError(f"{path}: not valid YAML ({first})") from None
     if not isinstance(raw, DictConfig):
         raise ConfigError(f"{path}: expected a mapping of keys at the top level")
-    parent = raw.pop("inherits", None)
+    parent = raw.pop("inherits", None) if inherits else None
     if parent is None:
         return raw
-    base = _read_yaml((path.parent / str(parent)).resolve(), (*chain, path))
+    base = _read_yaml((path.parent / str(parent)).resolve(), what, inherits, (*chain, path))
     return OmegaConf.merge(base, raw)  # type: ignore[return-value]
 
 
-def load_config(path: str | Path, overrides: Iterable[str] = ()) -> ExperimentConfig:
-    """Load, merge and validate an experiment config; raise `ConfigError` on any problem.
+def read_yaml(
+    path: str | Path,
+    schema: type,
+    what: str,
+    overrides: Iterable[str] = (),
+    inherits: bool = False,
+) -> DictConfig:
+    """Read a YAML file of any kind (experiment, sweep, integration) into its `schema`;
+    `ConfigError` in one line on any problem.
 
-    `overrides` are dotted `key=value` strings, applied after the file (and what it inherits).
+    Why one reader: every file gets the same guards. Unknown keys and wrong types name the
+    key, never the file's content (`--config /etc/passwd` echoes nothing), and `${...}`
+    interpolations are refused anywhere, overrides included, since OmegaConf would resolve
+    them from the environment. `what` names the kind in "no such ..."; `overrides` are
+    dotted `key=value` strings applied after the file; `inherits` lets a file start from
+    another (`inherits: other.yaml`, next to it).
     """
     path = Path(path).resolve()
     source = str(path)
-    schema = OmegaConf.structured(ExperimentConfig)
     try:
-        merged = OmegaConf.merge(schema, _read_yaml(path))
+        merged = OmegaConf.merge(OmegaConf.structured(schema), _read_yaml(path, what, inherits))
     except OmegaConfBaseException as exc:
         raise ConfigError(f"{source}: {_describe(exc)}") from None
     for item in overrides:
@@ -619,7 +630,16 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> ExperimentCo
         except yaml.YAMLError:
             raise ConfigError(f"override {key}: its value is not valid YAML") from None
     _refuse_interpolations(OmegaConf.to_container(merged, resolve=False), source, "")
-    _check_ranges(merged, source)
+    return merged  # type: ignore[return-value]
+
+
+def load_config(path: str | Path, overrides: Iterable[str] = ()) -> ExperimentConfig:
+    """Load, merge and validate an experiment config; raise `ConfigError` on any problem.
+
+    `overrides` are dotted `key=value` strings, applied after the file (and what it inherits).
+    """
+    merged = read_yaml(path, ExperimentConfig, "config file", overrides, inherits=True)
+    _check_ranges(merged, str(Path(path).resolve()))
     return OmegaConf.to_object(merged)  # type: ignore[return-value]
 
 

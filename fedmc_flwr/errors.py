@@ -18,3 +18,7 @@ class InputError(Exception):
 
 class RunFailure(Exception):
     """A run that could not be carried out: one line, exit code 1."""
+
+    logged = False
+    """True when the raiser has already logged the failure's line (the command then adds
+    none, so the failure stays one line)."""

@@ -8,142 +8,28 @@ the spread behind each confidence interval.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.special import stdtrit
+from tqdm import tqdm
 
 from fedmc_flwr import seeds as seed_spaces
+from fedmc_flwr.analysis.statistics import ci95, mean_over_regions
 from fedmc_flwr.config import ExperimentConfig, region_world
+from fedmc_flwr.metrics import POINT_METRICS
 from fedmc_flwr.policies.base import PolicyFactory
+from fedmc_flwr.policies.heuristics import DISPATCHERS
 from fedmc_flwr.sim.world import METRIC_NAMES, MultiCloudSim
 
 LATENCY = METRIC_NAMES.index("latency_ms")
+P95 = "latency_p95_ms"
 
 
 def heldout_seeds(cfg: ExperimentConfig, region: int) -> np.ndarray:
     """The evaluation seeds of one region in the configured split (`fedmc_flwr.seeds`)."""
     return seed_spaces.heldout_seeds(cfg.eval.split, region, cfg.eval.seeds)
-
-
-def ci95(per_seed: np.ndarray) -> float:
-    """Half-width of the 95% Student-t confidence interval of the mean over seeds."""
-    n = len(per_seed)
-    if n < 2:
-        return float("nan")
-    sem = float(np.std(per_seed, ddof=1)) / np.sqrt(n)
-    return float(stdtrit(n - 1, 0.975) * sem)
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """A mean with its 95% confidence half-width (NaN when it cannot be estimated)."""
-
-    mean: float
-    half_width: float
-    n: int
-    """How many units the interval is over (evaluation seeds, or training seeds)."""
-
-    @property
-    def low(self) -> float:
-        return self.mean - self.half_width
-
-    @property
-    def high(self) -> float:
-        return self.mean + self.half_width
-
-    def verdict(self) -> str:
-        """For a difference A - B of rewards (higher is better): is A better or worse?"""
-        if np.isnan(self.half_width):
-            return "no interval"
-        if self.low > 0:
-            return "better"
-        if self.high < 0:
-            return "worse"
-        return "no difference at 95%"
-
-
-def stratified_mean(per_region: Sequence[np.ndarray]) -> Estimate:
-    """Mean over regions of the regional means, and its 95% confidence half-width.
-
-    Regions are strata, not draws from one population: their means differ by design
-    (non-IID workloads), so pooling their seeds would count that spread as noise. The
-    standard error is sqrt(sum_r s_r^2 / n_r) / R (the within-region variances summed over
-    strata), with a Student-t quantile at df = sum_r (n_r - 1).
-    """
-    if not per_region:
-        raise ValueError("no regions to average over")
-    arrays = [np.asarray(seeds, dtype=np.float64) for seeds in per_region]
-    means = np.array([a.mean() for a in arrays])
-    n = sum(len(a) for a in arrays)
-    if any(len(a) < 2 for a in arrays):
-        return Estimate(float(means.mean()), float("nan"), n)
-    variance = sum(np.var(a, ddof=1) / len(a) for a in arrays)
-    dof = sum(len(a) - 1 for a in arrays)
-    half_width = stdtrit(dof, 0.975) * np.sqrt(variance) / len(arrays)
-    return Estimate(float(means.mean()), float(half_width), n)
-
-
-def mean_over_regions(per_region: list[np.ndarray]) -> tuple[float, float]:
-    """`stratified_mean` as (mean, 95% half-width)."""
-    estimate = stratified_mean(per_region)
-    return estimate.mean, estimate.half_width
-
-
-def paired_difference(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> Estimate:
-    """A - B paired per evaluation seed, stratified over regions.
-
-    `a[r][k]` and `b[r][k]` are two policies' values on the same held-out world (region r,
-    seed k): the world's arrivals do not depend on the actions, so the per-seed difference
-    removes the seed-to-seed spread both share. Its mean over regions and CI come from
-    `stratified_mean` of the per-seed differences.
-    """
-    if len(a) != len(b):
-        raise ValueError(f"{len(a)} regions against {len(b)}")
-    diffs = []
-    for r, (x, y) in enumerate(zip(a, b, strict=True)):
-        x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-        if x.shape != y.shape:
-            raise ValueError(f"region {r}: {x.shape} seeds against {y.shape}; cannot pair")
-        diffs.append(x - y)
-    return stratified_mean(diffs)
-
-
-def paired_over_seeds_and_worlds(diffs: Sequence[Sequence[np.ndarray]]) -> Estimate:
-    """A - B over several training seeds, judged on the same held-out worlds.
-
-    `diffs[s][r][k]` is the paired difference of training seed s on world k of region r.
-    Two independent sources of error: which training seeds were drawn (the spread of the
-    per-seed stratified means d_s) and which held-out worlds were drawn (shared by every
-    seed, so it does not average out over seeds: the stratified spread of the per-world
-    differences averaged over seeds). The interval adds both variances (conservative: the
-    seed-by-world noise is counted in each) and takes the Student-t quantile at the
-    smaller of the two degrees of freedom. With a dispatcher as B, the seed term alone
-    would only say how reproducible training is, not whether A beats B on new worlds.
-    """
-    runs = [[np.asarray(d, dtype=np.float64) for d in run] for run in diffs]
-    if len(runs) < 2:
-        raise ValueError("need two or more training seeds")
-    per_seed = np.array([np.mean([d.mean() for d in run]) for run in runs])
-    per_world = [np.mean([run[r] for run in runs], axis=0) for r in range(len(runs[0]))]
-    world = stratified_mean(per_world)
-    world_dof = sum(len(w) - 1 for w in per_world)
-    world_var = (world.half_width / stdtrit(world_dof, 0.975)) ** 2
-    seed_var = np.var(per_seed, ddof=1) / len(per_seed)
-    dof = min(len(per_seed) - 1, world_dof)
-    half_width = stdtrit(dof, 0.975) * np.sqrt(seed_var + world_var)
-    return Estimate(float(per_seed.mean()), float(half_width), int(sum(map(len, per_world))))
-
-
-def over_training_seeds(values: Sequence[float]) -> Estimate:
-    """Mean over training seeds of one per-seed figure (a level or a paired difference
-    d_s), with the Student-t 95% half-width over those seeds (df = n - 1): the spread of
-    the method, not of one trained policy."""
-    x = np.asarray(values, dtype=np.float64)
-    if x.size == 0:
-        raise ValueError("no training seeds")
-    return Estimate(float(x.mean()), ci95(x), int(x.size))
 
 
 @dataclass
@@ -159,7 +45,7 @@ class EvalResult:
     means: dict[str, float]
     """Mean per job over all seeds of every metric in METRIC_NAMES."""
     latency_p95_ms: float
-    """95th percentile of latency over every job of every seed."""
+    """Mean over the seeds of each seed's 95th percentile of job latency (`metrics`)."""
     split: str = "test"
     """The held-out split the seeds come from."""
     eval_seeds: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
@@ -178,12 +64,10 @@ class EvalResult:
             "steps": self.steps * self.seeds,
             "reward": float(self.per_seed_reward.mean()),
             "reward_ci95": ci95(self.per_seed_reward),
-            "latency_ms": self.means["latency_ms"],
-            "latency_p95_ms": self.latency_p95_ms,
-            "slo_violation_rate": self.means["slo_violation"],
-            "cost_usd": self.means["cost_usd"],
-            "carbon_g": self.means["carbon_g"],
-            "energy_kwh": self.means["energy_kwh"],
+            **{
+                m.csv_column: self.latency_p95_ms if m.name == P95 else self.means[m.name]
+                for m in POINT_METRICS
+            },
         }
 
     def seed_rows(self) -> list[dict[str, float | int | str]]:
@@ -208,7 +92,7 @@ class EvalResult:
         ]
 
 
-PER_SEED_METRICS = (*METRIC_NAMES, "latency_p95_ms")
+PER_SEED_METRICS = (*METRIC_NAMES, P95)
 """The per-seed values an EvalResult keeps besides the reward."""
 
 
@@ -255,6 +139,7 @@ def evaluate(
     sim.reset(seeds, phases=phases)
     reward_sum, metric_sum, latencies = rollout(sim, policy.act, steps)
     per_seed = metric_sum / steps
+    p95 = np.percentile(latencies, 95, axis=0)
     return EvalResult(
         policy=policy.name,
         region=region,
@@ -262,12 +147,57 @@ def evaluate(
         steps=steps,
         per_seed_reward=reward_sum / steps,
         means={name: float(per_seed[:, j].mean()) for j, name in enumerate(METRIC_NAMES)},
-        latency_p95_ms=float(np.percentile(latencies, 95)),
+        latency_p95_ms=float(p95.mean()),
         split=cfg.eval.split,
         eval_seeds=np.asarray(seeds, dtype=np.uint64),
         start_phases=np.asarray(phases, dtype=np.float64),
         per_seed={
             **{name: per_seed[:, j].copy() for j, name in enumerate(METRIC_NAMES)},
-            "latency_p95_ms": np.percentile(latencies, 95, axis=0),
+            P95: p95,
         },
     )
+
+
+_AVERAGED = tuple(metric.csv_column for metric in POINT_METRICS)
+"""Columns of a `client="all"` row that are the mean over regions."""
+
+
+def evaluate_dispatchers(
+    cfg: ExperimentConfig, names: Sequence[str] | None = None, progress: bool = True
+) -> list[EvalResult]:
+    """Each named dispatcher (default: all, in DISPATCHERS order) on each region, in turn."""
+    names = list(DISPATCHERS) if names is None else list(names)
+    unknown = [name for name in names if name not in DISPATCHERS]
+    if unknown:
+        raise ValueError(f"unknown dispatchers {unknown}; expected some of {list(DISPATCHERS)}")
+    jobs = [(name, region) for name in names for region in range(cfg.world.regions)]
+    results = []
+    with tqdm(total=len(jobs), disable=not progress, file=sys.stderr, unit="eval") as bar:
+        for name, region in jobs:
+            bar.set_description(f"{name} @ region {region}")
+            results.append(evaluate(DISPATCHERS[name], cfg, region))
+            bar.update()
+    return results
+
+
+def summary_rows(results: list[EvalResult], region_names: list[str]) -> list[dict]:
+    """One row per (policy, region), then per policy one `client="all"` row: the mean over
+    regions of every metric, with the reward's CI from `mean_over_regions`.
+    """
+    rows: list[dict] = []
+    policies = list(dict.fromkeys(result.policy for result in results))
+    for policy in policies:
+        mine = [result for result in results if result.policy == policy]
+        regional = [{"client": region_names[r.region], **r.row()} for r in mine]
+        reward, half_width = mean_over_regions([r.per_seed_reward for r in mine])
+        overall = {
+            "client": "all",
+            "policy": policy,
+            "seeds": sum(row["seeds"] for row in regional),
+            "steps": sum(row["steps"] for row in regional),
+            "reward": reward,
+            "reward_ci95": half_width,
+        }
+        overall.update({key: float(np.mean([row[key] for row in regional])) for key in _AVERAGED})
+        rows.extend([*regional, overall])
+    return rows

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from fedmc_flwr.errors import InputError
+from fedmc_flwr.metrics import METRICS, POINT_METRICS
 
 COLUMNS: tuple[str, ...] = (
     "experiment",
@@ -37,12 +38,7 @@ COLUMNS: tuple[str, ...] = (
     "steps",
     "reward",
     "reward_ci95",
-    "latency_ms",
-    "latency_p95_ms",
-    "slo_violation_rate",
-    "cost_usd",
-    "carbon_g",
-    "energy_kwh",
+    *(metric.csv_column for metric in POINT_METRICS),
     "policy_loss",
     "value_loss",
     "entropy",
@@ -77,13 +73,7 @@ PER_SEED_COLUMNS: tuple[str, ...] = (
     "start_phase",
     "train_steps",
     "jobs",
-    "reward",
-    "latency_ms",
-    "latency_p95_ms",
-    "slo_violation",
-    "cost_usd",
-    "carbon_g",
-    "energy_kwh",
+    *(metric.name for metric in METRICS),
 )
 """Column order of per_seed.csv: one row per (experiment, train_seed, round, split, client,
 policy, eval_seed), the held-out values of one world, so any two policies can be compared
@@ -102,6 +92,9 @@ PER_SEED_VALUES: tuple[str, ...] = PER_SEED_COLUMNS[10:]
 
 PER_SEED_FILE = "per_seed.csv"
 
+CHECKPOINTS = "checkpoints"
+"""The folder of a run's saved policies (`fedmc_flwr.policies.checkpoints`)."""
+
 PHASES = ("train", "eval", "failed")
 """`failed` rows name a region that was left out of a round's training or evaluation."""
 
@@ -112,7 +105,7 @@ EXPERIMENT_FILES = (
     "config.yaml",
     "progress.json",
     "status.json",
-    "checkpoints",
+    CHECKPOINTS,
     "clients",
     "plots",
 )

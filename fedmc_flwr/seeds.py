@@ -48,7 +48,7 @@ ARENA_SLOT = (1 << (_SPACE_SHIFT - _REGION_SHIFT)) - 1
 
 
 def arena_seeds(split: str, count: int) -> np.ndarray:
-    """The `count` joint-arena worlds of `split` (`fedmc_flwr.arena`): held-out like a
+    """The `count` joint-arena worlds of `split` (`fedmc_flwr.experiments.arena`): held-out like a
     region's, and disjoint from every region's."""
     return heldout_seeds(split, ARENA_SLOT, count)
 

@@ -8,7 +8,7 @@ import torch
 import yaml
 
 from fedmc_flwr.config import ExperimentConfig, PPOConfig, WorldConfig, to_yaml
-from fedmc_flwr.export import export_policy
+from fedmc_flwr.integrations.export import export_policy
 from fedmc_flwr.policies.ppo import PPOLearner
 
 REGIONS = ["us-east1", "europe-west9", "northamerica-northeast1"]

@@ -136,6 +136,7 @@ def _experiment(tmp_path: Path) -> Path:
 
 
 RUN_TINY = ["run", "--config", str(TINY)]
+HOOK_PLAN = ["hooks", "plan", "--hook", "prometheus", "--policy", "p.onnx"]
 
 
 def test_cli_bad_input_is_one_line_and_exit_2(
@@ -162,6 +163,40 @@ def test_cli_bad_input_is_one_line_and_exit_2(
     err = _one_line_exit_2([*RUN_TINY, "--set", "eval.seeds=1000000"], capsys)
     assert "GiB" in err
     assert "interpolations" in _one_line_exit_2([*RUN_TINY, "--set", "name=${oc.env:HOME}"], capsys)
+
+
+@pytest.mark.parametrize(
+    ("kind", "body"),
+    [
+        ("sweep", {"name": "${oc.env:HOME}"}),
+        ("sweep", {"set": ["seed=${oc.env:HOME}"]}),
+        ("integration", {"experiment": "${oc.env:HOME}"}),
+    ],
+)
+def test_sweep_and_integration_files_refuse_interpolations_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str, body: dict
+) -> None:
+    """Every kind of YAML file goes through one reader, so `${...}` resolves in none: it
+    would read the environment (here $HOME) into a value."""
+    path = tmp_path / f"{kind}.yaml"
+    if kind == "sweep":
+        spec = {"experiment": str(TINY), "variants": {"ppo-local": {"kind": "local"}}, **body}
+        argv = ["sweep", "--config", str(path), "--summary-only"]
+    else:
+        spec = {**body}
+        argv = [*HOOK_PLAN, "--config", str(path)]
+    path.write_text(json.dumps(spec))
+    err = _one_line_exit_2(argv, capsys)
+    assert "interpolations" in err and str(Path.home()) not in err.replace(str(path), "")
+
+
+@pytest.mark.parametrize("command", ["sweep", "hooks"])
+def test_sweep_and_integration_readers_never_echo_a_file(
+    capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    argv = [*HOOK_PLAN] if command == "hooks" else ["sweep"]
+    err = _one_line_exit_2([*argv, "--config", "/etc/passwd"], capsys)
+    assert "/etc/passwd" in err and "root:" not in err
 
 
 def test_resume_problems_are_one_line_and_exit_2_before_flower_starts(

@@ -9,8 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedmc_flwr.baselines import evaluate_dispatchers, format_table, run_baselines, summary_rows
+from fedmc_flwr.analysis.tables import format_table
 from fedmc_flwr.config import ExperimentConfig
+from fedmc_flwr.evaluation import evaluate_dispatchers, summary_rows
+from fedmc_flwr.experiments.baselines import run_baselines
 from fedmc_flwr.policies.heuristics import DISPATCHERS, ORACLES
 from fedmc_flwr.results import COLUMNS, PER_SEED_COLUMNS, read_per_seed
 from fedmc_flwr.seeds import heldout_seeds

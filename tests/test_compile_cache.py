@@ -27,11 +27,11 @@ import json, sys
 import numpy as np
 from numba.core.registry import CPUDispatcher
 from fedmc_flwr.config import RewardWeights, WorldConfig
-from fedmc_flwr.sim import compile_cache, kernel
-from fedmc_flwr.sim.world import MultiCloudSim
+from fedmc_flwr.sim import kernel
+from fedmc_flwr.sim.world import MultiCloudSim, warm_cache
 
 if sys.argv[1] == "all":
-    compile_cache.warm_cache()
+    warm_cache()
     sim = MultiCloudSim(WorldConfig(), RewardWeights(), [0, 1, 2])
     obs, mask = sim.reset([1, 2, 3])
     total = 0.0

@@ -10,18 +10,16 @@ import pytest
 from scipy import stats
 
 from fedmc_flwr import seeds as seed_spaces
-from fedmc_flwr.config import ExperimentConfig, load_config
-from fedmc_flwr.evaluation import (
-    PER_SEED_METRICS,
+from fedmc_flwr.analysis.statistics import (
     Estimate,
-    evaluate,
     mean_over_regions,
     over_training_seeds,
     paired_difference,
     paired_over_seeds_and_worlds,
-    per_seed_rows,
     stratified_mean,
 )
+from fedmc_flwr.config import ExperimentConfig, load_config
+from fedmc_flwr.evaluation import PER_SEED_METRICS, evaluate, per_seed_rows
 from fedmc_flwr.federation import wire
 from fedmc_flwr.policies.heuristics import DISPATCHERS
 from fedmc_flwr.results import PER_SEED_COLUMNS

@@ -13,11 +13,11 @@ import torch
 
 from fedmc_flwr.cli import main
 from fedmc_flwr.config import ExperimentConfig, PPOConfig, WorldConfig, to_yaml
-from fedmc_flwr.export import ExportError, export_checkpoint
-from fedmc_flwr.federation.recorder import checkpoint
+from fedmc_flwr.integrations.export import ExportError, export_checkpoint
+from fedmc_flwr.integrations.serving import OnnxPolicy
+from fedmc_flwr.policies.checkpoints import write_weights
 from fedmc_flwr.policies.networks import KINDS, MASKED_LOGIT
 from fedmc_flwr.policies.ppo import PPOLearner
-from fedmc_flwr.serving import OnnxPolicy
 from fedmc_flwr.sim.layout import ObsLayout
 from fedmc_flwr.sim.world import MultiCloudSim
 
@@ -43,7 +43,7 @@ def trained(
     run = tmp_path_factory.mktemp("run")
     (run / "config.yaml").write_text(to_yaml(cfg))
     path = run / "checkpoints" / "round_001.npz"
-    checkpoint(path, learner.get_weights())
+    write_weights(path, learner.get_weights())
     return learner, path
 
 
@@ -84,7 +84,7 @@ def test_serving_never_imports_torch(trained, tmp_path) -> None:
     out = export_checkpoint(trained[1], tmp_path / "policy.onnx")
     code = (
         "import sys, numpy as np\n"
-        "from fedmc_flwr.serving import OnnxPolicy\n"
+        "from fedmc_flwr.integrations.serving import OnnxPolicy\n"
         f"p = OnnxPolicy({str(out)!r})\n"
         f"obs = np.zeros((2, {ObsLayout(12).size}), np.float32)\n"
         "print(p.act(obs, np.ones((2, 12), bool)))\n"

@@ -10,9 +10,9 @@ import pytest
 
 from fedmc_flwr.config import ConfigError, load_config, region_world, shares_one_estate
 from fedmc_flwr.evaluation import evaluate
-from fedmc_flwr.export import read_checkpoint
+from fedmc_flwr.experiments.training import train
+from fedmc_flwr.policies.checkpoints import read_checkpoint, round_checkpoint
 from fedmc_flwr.policies.ppo import PPOLearner
-from fedmc_flwr.training import train
 
 REPO = Path(__file__).resolve().parents[1]
 HETERO = REPO / "conf" / "hetero_estates.yaml"
@@ -83,7 +83,7 @@ def test_one_network_federates_over_three_estate_shapes(hetero_run: Path) -> Non
     names = ["us-east1", "europe-west9", "northamerica-northeast1"]
     for _, clients in trained.groupby("round").client:
         assert sorted(set(clients) - {"all"}) == sorted(names)
-    weights = read_checkpoint(hetero_run / "checkpoints" / "round_002.npz")
+    weights = read_checkpoint(round_checkpoint(hetero_run, 2))
     judged = metrics[
         (metrics.phase == "eval") & (metrics.policy == "ppo-fedavg") & (metrics["round"] == 2)
     ].set_index("client")

@@ -12,9 +12,9 @@ import pytest
 from exported import REGIONS, apply_argv, exported_policy, integration_config
 
 from fedmc_flwr.cli import main
-from fedmc_flwr.hooks.config import KubernetesHook
-from fedmc_flwr.hooks.decisions import Decisions
-from fedmc_flwr.hooks.kubernetes import desired_replicas
+from fedmc_flwr.integrations.config import KubernetesHook
+from fedmc_flwr.integrations.decisions import Decisions
+from fedmc_flwr.integrations.kubernetes import desired_replicas
 
 DEPLOYMENTS = "apps/v1/deployments"
 

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
+from fedmc_flwr.analysis.statistics import ci95
 from fedmc_flwr.config import load_config
-from fedmc_flwr.evaluation import ci95, evaluate
+from fedmc_flwr.evaluation import evaluate
 from fedmc_flwr.federation.client_app import evaluate_region, train_region
 from fedmc_flwr.federation.server_app import initial_weights
 from fedmc_flwr.federation.strategy import RegionUpdate, aggregate

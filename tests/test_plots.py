@@ -7,9 +7,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fedmc_flwr.plots import plot_metrics
+from fedmc_flwr.analysis.plots import plot_metrics
+from fedmc_flwr.analysis.sweep_plots import pareto_front
 from fedmc_flwr.results import MetricsWriter
-from fedmc_flwr.sweep_plots import pareto_front
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -67,7 +67,7 @@ def test_unplottable_files_are_clear_errors(tmp_path: Path) -> None:
 
 def test_paired_difference_plot_from_per_seed_csv(tmp_path: Path) -> None:
     """Learner minus each baseline, per round, paired per held-out world (a hand check)."""
-    from fedmc_flwr.plots import paired_differences
+    from fedmc_flwr.analysis.plots import paired_differences
     from fedmc_flwr.results import per_seed_writer
 
     def rows(policy: str, rnd: int, rewards: list[float]) -> list[dict]:

@@ -18,14 +18,14 @@ from services import Service, free_port, require_binary
 
 from fedmc_flwr.cli import main
 from fedmc_flwr.config import ExperimentConfig, WorldConfig
-from fedmc_flwr.hooks.config import PrometheusHook
-from fedmc_flwr.hooks.prometheus import (
+from fedmc_flwr.integrations.config import PrometheusHook
+from fedmc_flwr.integrations.prometheus import (
     PrometheusAdapter,
     RunExporter,
     observed_signals,
     start_exporter,
 )
-from fedmc_flwr.hooks.retry import ServiceUnavailable
+from fedmc_flwr.integrations.retry import ServiceUnavailable
 from fedmc_flwr.results import TIMING_COLUMNS, MetricsWriter
 from fedmc_flwr.sim.world import MultiCloudSim
 
@@ -228,7 +228,7 @@ def test_exporter_on_a_taken_port_logs_one_line_and_the_run_goes_on(tmp_path, ca
 
 def test_adapter_gives_up_on_a_down_server_after_retries_in_one_line(caplog, monkeypatch) -> None:
     pauses: list[float] = []
-    monkeypatch.setattr("fedmc_flwr.hooks.retry.time.sleep", pauses.append)
+    monkeypatch.setattr("fedmc_flwr.integrations.retry.time.sleep", pauses.append)
     adapter = PrometheusAdapter(f"http://127.0.0.1:{free_port()}", attempts=3, backoff_s=0.05)
     with caplog.at_level(logging.WARNING, logger="fedmc.hooks"), pytest.raises(ServiceUnavailable):
         adapter.query("up")

@@ -8,8 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedmc_flwr.cli import main
-from fedmc_flwr.report import (
+from fedmc_flwr.analysis.report import (
     ReportError,
     collect,
     load,
@@ -17,7 +16,13 @@ from fedmc_flwr.report import (
     summary_frame,
     summary_table,
 )
+from fedmc_flwr.analysis.tables import format_table
+from fedmc_flwr.cli import main
+from fedmc_flwr.config import load_config
+from fedmc_flwr.evaluation import evaluate_dispatchers, per_seed_rows, summary_rows
+from fedmc_flwr.metrics import BY_NAME
 from fedmc_flwr.results import per_seed_writer
+from fedmc_flwr.sim.signals import region_catalogue
 
 REGIONS = ("us-east1", "europe-west9")
 SEEDS = (10, 11, 12)
@@ -191,3 +196,26 @@ def test_summary_of_every_metric_with_the_baseline_row(tmp_path: Path) -> None:
     assert by_policy["ppo-fedavg"][-1] == "training and eval seeds"
     with pytest.raises(ReportError, match="unknown baseline"):
         summary_frame(policies, "nope")
+
+
+def test_the_run_table_and_the_report_agree_on_p95(tmp_path: Path, capsys) -> None:
+    """`fedmc run`'s table (metrics.csv's `client="all"` rows) and `fedmc report` (per_seed.csv)
+    give one p95 for the same worlds, under one column title: the mean over worlds of each
+    world's p95, not a percentile of every world's jobs pooled."""
+    cfg = load_config(
+        "conf/small_demo.yaml",
+        ["world.regions=2", "world.nodes_per_region=2", "eval.seeds=4", "eval.steps=60"],
+    )
+    results = evaluate_dispatchers(cfg, ["sed", "jsq"], progress=False)
+    names = [region.name for region in region_catalogue(cfg.world.regions)]
+    rows = summary_rows(results, names)
+    key = {"experiment": cfg.name, "train_seed": cfg.seed, "round": 0, "train_steps": 0}
+    per_seed_writer(tmp_path).write(per_seed_rows(results, names, **key))
+    reported = summarise(collect(load([tmp_path])), ["sed"])
+    p95 = BY_NAME["latency_p95_ms"]
+    table = {row["policy"]: row[p95.csv_column] for row in rows if row["client"] == "all"}
+    assert table == pytest.approx({s.policy: s.points[p95.name] for s in reported}, rel=1e-12)
+    assert all(np.ptp(r.per_seed[p95.name]) > 0 for r in results), "worlds should differ"
+    assert p95.title in format_table(rows).splitlines()[0]
+    assert main(["report", str(tmp_path), "--baseline", "sed"]) == 0
+    assert p95.title in capsys.readouterr().out

@@ -12,10 +12,16 @@ import pandas as pd
 import pytest
 import yaml
 
+from fedmc_flwr.analysis.report import collect, compare, level
 from fedmc_flwr.cli import main
 from fedmc_flwr.config import ConfigError
-from fedmc_flwr.report import collect, compare, level
-from fedmc_flwr.sweep import finished_frame, is_finished, load_sweep, run_sweep, summarise_sweep
+from fedmc_flwr.experiments.sweep import (
+    finished_frame,
+    is_finished,
+    load_sweep,
+    run_sweep,
+    summarise_sweep,
+)
 
 TINY = Path(__file__).parent / "conf" / "tiny_federation.yaml"
 REPO = Path(__file__).resolve().parents[1]
@@ -209,7 +215,7 @@ def test_a_federated_cell_goes_to_the_runner_and_its_failure_is_exit_1(
         calls.append((config, overrides))
         return 1
 
-    monkeypatch.setattr("fedmc_flwr.sweep.federate", failing_runner)
+    monkeypatch.setattr("fedmc_flwr.experiments.sweep.federate", failing_runner)
     path = write_sweep(tmp_path, variants={"ppo-fedavg": {"set": ["federation.mu=0.0"]}})
     assert main(["sweep", "--config", str(path)]) == 1
     assert "ppo-fedavg seed 0: the federated run failed" in capsys.readouterr().err

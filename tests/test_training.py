@@ -8,10 +8,10 @@ import pytest
 
 from fedmc_flwr.cli import main
 from fedmc_flwr.config import ExperimentConfig, load_config
+from fedmc_flwr.experiments.training import _learners, matched_config, train
 from fedmc_flwr.policies.heuristics import DISPATCHERS
 from fedmc_flwr.policies.ppo import PPOLearner
 from fedmc_flwr.results import COLUMNS, PER_SEED_COLUMNS, TIMING_COLUMNS, read_per_seed
-from fedmc_flwr.training import _learners, matched_config, train
 
 TINY = [
     "world.regions=2",

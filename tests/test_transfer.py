@@ -12,11 +12,10 @@ import torch
 from fedmc_flwr.cli import main
 from fedmc_flwr.config import ConfigError, ExperimentConfig, PPOConfig, WorldConfig, to_yaml
 from fedmc_flwr.evaluation import evaluate
-from fedmc_flwr.export import read_checkpoint
-from fedmc_flwr.federation.recorder import checkpoint
+from fedmc_flwr.experiments.transfer import POLICY, run_transfer
+from fedmc_flwr.policies.checkpoints import read_checkpoint, write_weights
 from fedmc_flwr.policies.ppo import PPOLearner
 from fedmc_flwr.sim.signals import region_catalogue
-from fedmc_flwr.transfer import POLICY, run_transfer
 
 TARGET = WorldConfig(regions=4, nodes_per_region=5)
 
@@ -40,7 +39,7 @@ def trained_run(folder: Path, policy: str, saved_learner: bool = False, seed: in
         learner.save(path)
         return path
     path = folder / "checkpoints" / "round_001.npz"
-    checkpoint(path, learner.get_weights())
+    write_weights(path, learner.get_weights())
     return path
 
 

@@ -37,6 +37,7 @@ from fedmc_flwr.config import ExperimentConfig
 from fedmc_flwr.evaluation import EvalResult, evaluate
 from fedmc_flwr.federation import faults, wire
 from fedmc_flwr.federation.wire import policy_name
+from fedmc_flwr.policies.checkpoints import round_file, saved_rounds
 from fedmc_flwr.policies.moments import MOMENT_ARRAYS
 from fedmc_flwr.policies.ppo import STATISTICS, PPOLearner
 from fedmc_flwr.seeds import learner_seed
@@ -70,15 +71,6 @@ def forget_earlier_runs(state_dir: Path, cfg: ExperimentConfig, region: int) -> 
     shutil.rmtree(state_dir_of(state_dir, cfg, region), ignore_errors=True)
 
 
-def _saved_rounds(folder: Path) -> list[int]:
-    rounds = []
-    for path in folder.glob("round_*.npz"):
-        suffix = path.stem.removeprefix("round_")
-        if suffix.isdigit():
-            rounds.append(int(suffix))
-    return sorted(rounds)
-
-
 def train_region(
     cfg: ExperimentConfig, region: int, weights: Weights, server_round: int, state_dir: Path
 ) -> tuple[Weights, dict[str, float]]:
@@ -91,19 +83,19 @@ def train_region(
     """
     learner = PPOLearner(cfg, [region], seed=learner_seed(cfg.seed, region))
     folder = state_dir_of(state_dir, cfg, region)
-    earlier = [r for r in _saved_rounds(folder) if r < server_round] if server_round > 1 else []
+    earlier = [r for r in saved_rounds(folder) if r < server_round] if server_round > 1 else []
     if earlier:
-        learner.load(folder / f"round_{earlier[-1]:03d}.npz")
+        learner.load(round_file(folder, earlier[-1]))
     learner.set_weights(weights)
     start = time.perf_counter()
     stats = learner.train_round(cfg.train.steps_per_round, proximal_mu=cfg.federation.proximal_mu)
     stats["wall_time_s"] = time.perf_counter() - start
-    path = folder / f"round_{server_round:03d}.npz"
+    path = round_file(folder, server_round)
     partial = path.with_name(path.name + ".partial")
     learner.save(partial)
     os.replace(partial, path)  # never leave a half-written state behind
-    for old in _saved_rounds(folder)[:-KEPT_STATES]:
-        (folder / f"round_{old:03d}.npz").unlink(missing_ok=True)
+    for old in saved_rounds(folder)[:-KEPT_STATES]:
+        round_file(folder, old).unlink(missing_ok=True)
     return learner.get_update(), stats
 
 

@@ -24,11 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
-from fedmc_flwr.baselines import evaluate_dispatchers, summary_rows
 from fedmc_flwr.config import ExperimentConfig
-from fedmc_flwr.evaluation import EvalResult, per_seed_rows
+from fedmc_flwr.evaluation import EvalResult, evaluate_dispatchers, per_seed_rows, summary_rows
 from fedmc_flwr.federation.aggregation import RegionUpdate, Weights
 from fedmc_flwr.federation.wire import policy_name
+from fedmc_flwr.policies.checkpoints import round_checkpoint, write_weights
 from fedmc_flwr.policies.ppo import ROUND_METRICS
 from fedmc_flwr.results import (
     PER_SEED_COLUMNS,
@@ -45,15 +45,6 @@ def write_json(path: Path, value: object) -> None:
     """`value` as JSON at `path`, replaced atomically (a reader never sees half a file)."""
     partial = path.with_name(path.name + ".partial")
     partial.write_text(json.dumps(value, sort_keys=True) + "\n")
-    os.replace(partial, path)
-
-
-def checkpoint(path: Path, weights: Sequence[np.ndarray]) -> None:
-    """Global weights as `w000, w001, ...` in one .npz (no pickle), written atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    with partial.open("wb") as handle:
-        np.savez(handle, **{f"w{k:03d}": np.asarray(a) for k, a in enumerate(weights)})
     os.replace(partial, path)
 
 
@@ -145,7 +136,7 @@ class RunRecorder:
         )
         self.metrics.write(self._keyed(server_round, "train", r) for r in rows)
         self.timing.write(self._keyed(server_round, "train", r) for r in timing)
-        checkpoint(self.out_dir / "checkpoints" / f"round_{server_round:03d}.npz", weights)
+        write_weights(round_checkpoint(self.out_dir, server_round), weights)
 
     def on_failures(self, server_round: int, phase: str, failed: dict[int, str]) -> None:
         """One `failed` row per region left out of the round's training or evaluation."""

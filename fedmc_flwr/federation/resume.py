@@ -21,12 +21,12 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 from omegaconf import OmegaConf
 
 from fedmc_flwr.errors import InputError
 from fedmc_flwr.federation.aggregation import Weights, check_update
 from fedmc_flwr.federation.recorder import PROGRESS_FILE
+from fedmc_flwr.policies.checkpoints import CheckpointError, read_checkpoint, round_checkpoint
 from fedmc_flwr.results import PER_SEED_FILE, experiment_dir, holds_results, keep_rows
 
 ON_EXISTING = ("refuse", "overwrite", "resume")
@@ -51,19 +51,12 @@ class StartPoint:
     """The global weights the next round starts from."""
 
 
-def checkpoint_path(out: Path, server_round: int) -> Path:
-    return out / "checkpoints" / f"round_{server_round:03d}.npz"
-
-
-def read_checkpoint(path: Path, reference: Weights) -> Weights:
+def resume_weights(path: Path, reference: Weights) -> Weights:
     """A checkpoint's arrays, checked against the network's shapes and dtypes."""
     try:
-        with np.load(path, allow_pickle=False) as data:
-            weights = [data[key] for key in sorted(data.files)]
-    except FileNotFoundError:
-        raise ResumeError(f"{path}: no such checkpoint") from None
-    except Exception as exc:  # zip, npy and pickle-refusal errors come as several types
-        raise ResumeError(f"{path}: not a readable checkpoint ({type(exc).__name__})") from None
+        weights = read_checkpoint(path)
+    except CheckpointError as exc:
+        raise ResumeError(str(exc)) from None
     problem = check_update(weights, reference)
     if problem is not None:
         raise ResumeError(f"{path}: does not fit this experiment's network ({problem})")
@@ -124,7 +117,7 @@ def resume_point(out: Path, resolved: str, initial: Weights, rounds: int) -> Sta
         raise ResumeError(f"{out / PROGRESS_FILE}: round {completed} is past train.rounds")
     if completed == 0:
         return StartPoint(0, 0, initial)
-    return StartPoint(completed, steps, read_checkpoint(checkpoint_path(out, completed), initial))
+    return StartPoint(completed, steps, resume_weights(round_checkpoint(out, completed), initial))
 
 
 def prepare_experiment(

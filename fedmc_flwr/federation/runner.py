@@ -14,7 +14,7 @@ PID at the end, on failure, on Ctrl-C and at the deadline alike.
 Before Flower starts, it settles what to do with an experiment that already holds results
 (refuse, overwrite, or resume after the last completed round: `federation.resume`),
 stops whatever a killed earlier run of the same experiment left running, and loads or
-compiles the simulator's kernels once (`sim.compile_cache`), so that no client compiles
+compiles the simulator's kernels once (`sim.world.warm_cache`), so that no client compiles
 them in round 1.
 """
 
@@ -36,7 +36,8 @@ from typing import Protocol
 
 import pandas as pd
 
-from fedmc_flwr.baselines import format_table
+from fedmc_flwr.analysis.plots import plot_metrics
+from fedmc_flwr.analysis.tables import format_table
 from fedmc_flwr.config import ConfigError, ExperimentConfig, load_config, to_yaml
 from fedmc_flwr.federation.processes import FlowerProcesses, owner_token, stop_stale
 from fedmc_flwr.federation.recorder import STATUS_FILE
@@ -51,9 +52,8 @@ from fedmc_flwr.federation.superlink import (
     start_superlink,
     write_connection,
 )
-from fedmc_flwr.plots import plot_metrics
 from fedmc_flwr.results import experiment_path, holds_results
-from fedmc_flwr.sim.compile_cache import warm_cache
+from fedmc_flwr.sim.world import warm_cache
 
 __all__ = ["RunError", "SimulationEngine", "run_federation"]
 

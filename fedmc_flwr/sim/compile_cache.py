@@ -19,8 +19,10 @@ far as numba's files go: numba writes every index and data file under a temporar
 and renames it into place, and a kernel here is compiled for one signature only, so
 racing writers write the same entry to the same file name.
 
-`warm_cache()` compiles (or loads) the kernels in the calling process, so a driver that
-calls it before starting the actors leaves them a full cache even on a fresh machine.
+`sim.world.warm_cache()` compiles (or loads) the kernels in the calling process, so a
+driver that calls it before starting the actors leaves them a full cache even on a fresh
+machine. It lives beside the world it builds: this module is imported by the kernel, so
+it imports nothing of the simulator.
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numba
-import numpy as np
 from numba.core.caching import CacheImpl, _CacheLocator
 
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]
@@ -103,20 +104,3 @@ def install() -> None:
     """
     if ContentKeyedLocator not in CacheImpl._locator_classes:
         CacheImpl._locator_classes.insert(0, ContentKeyedLocator)
-
-
-def warm_cache() -> None:
-    """Compile (or load from the cache) every kernel the simulator runs, in this process.
-
-    Why: on a cold cache the Ray actors of a run would all compile the same kernels at
-    once, each for seconds; one compile here, before they start, lets them load instead.
-    The parallel step kernel is left out: nothing runs it unless asked for threads > 1.
-    """
-    # Imported here because world imports kernel, which imports this module.
-    from fedmc_flwr.config import RewardWeights, WorldConfig
-    from fedmc_flwr.sim.world import MultiCloudSim
-
-    sim = MultiCloudSim(WorldConfig(), RewardWeights(), [0])
-    sim.reset([0])
-    sim.dispatch_costs()
-    sim.step(np.zeros(1, dtype=np.int64))

@@ -408,3 +408,16 @@ class MultiCloudSim:
                 raise ValueError(f"state {name!r}: shape {value.shape}, expected {current.shape}")
             setattr(self, name, value.astype(current.dtype, copy=True))
         self._seeded = True
+
+
+def warm_cache() -> None:
+    """Compile (or load from the cache) every kernel the simulator runs, in this process.
+
+    Why: on a cold cache the Ray actors of a run would all compile the same kernels at
+    once, each for seconds; one compile here, before they start, lets them load instead.
+    The parallel step kernel is left out: nothing runs it unless asked for threads > 1.
+    """
+    sim = MultiCloudSim(WorldConfig(), RewardWeights(), [0])
+    sim.reset([0])
+    sim.dispatch_costs()
+    sim.step(np.zeros(1, dtype=np.int64))

@@ -14,10 +14,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from fedmc_flwr.baselines import evaluate_dispatchers, format_table, summary_rows
+from fedmc_flwr.analysis.tables import format_table
 from fedmc_flwr.config import ConfigError, ExperimentConfig, load_config, to_yaml
-from fedmc_flwr.evaluation import evaluate, per_seed_rows
-from fedmc_flwr.export import ExportError, checkpoint_config, read_checkpoint
+from fedmc_flwr.evaluation import evaluate, evaluate_dispatchers, per_seed_rows, summary_rows
+from fedmc_flwr.policies.checkpoints import read_checkpoint, round_of, run_config
 from fedmc_flwr.policies.ppo import PPOLearner
 from fedmc_flwr.results import experiment_dir, per_seed_writer
 from fedmc_flwr.sim.signals import region_catalogue
@@ -38,20 +38,15 @@ def trained_rounds(checkpoint: Path, source: ExperimentConfig) -> int:
     """The rounds behind the weights: `round_NNN.npz` says so; a saved learner has run
     its config's rounds. Its rows carry that round (not round 0, a dispatcher's), so
     `fedmc report` pairs the transfers of several training seeds as one learner."""
-    stem = checkpoint.stem
-    if stem.startswith("round_") and stem[6:].isdigit():
-        return int(stem[6:])
-    return source.train.rounds
+    server_round = round_of(checkpoint)
+    return source.train.rounds if server_round is None else server_round
 
 
 def run_transfer(checkpoint: Path, target: ExperimentConfig) -> Path:
     """Judge the checkpoint's global policy on `target`'s held-out worlds, beside every
     dispatcher; write `per_seed.csv` and the config; return the folder."""
-    try:
-        weights = read_checkpoint(checkpoint)
-    except ExportError as exc:
-        raise ConfigError(str(exc)) from None
-    source = load_config(checkpoint_config(checkpoint))
+    weights = read_checkpoint(checkpoint)
+    source = load_config(run_config(checkpoint))
     cfg = transferred_config(source, target)
     learner = PPOLearner(cfg, [0], seed=0)
     try:

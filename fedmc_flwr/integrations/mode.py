@@ -15,12 +15,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from fedmc_flwr.errors import InputError
+
 ENV_VAR = "INTEGRATION_MODE"
 DRY_RUN, LIVE = "dry-run", "live"
 
 
-class LiveRefused(RuntimeError):
+class LiveRefused(InputError, RuntimeError):
     """Live mode was asked for without what it needs; the message is one line."""
+
+    label = "hooks: "
 
 
 def current_mode(env: Mapping[str, str] | None = None) -> str:

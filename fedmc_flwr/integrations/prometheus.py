@@ -27,20 +27,14 @@ import httpx
 import numpy as np
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
-from fedmc_flwr.hooks.config import PrometheusHook
-from fedmc_flwr.hooks.decisions import Signals
-from fedmc_flwr.hooks.retry import with_retries
+from fedmc_flwr.integrations.config import PrometheusHook
+from fedmc_flwr.integrations.decisions import Signals
+from fedmc_flwr.integrations.retry import with_retries
+from fedmc_flwr.metrics import METRICS
 
 log = logging.getLogger("fedmc.hooks")
 
-EVAL_GAUGES = {
-    "reward": "Mean held-out reward per job",
-    "latency_ms": "Mean held-out latency per job, in milliseconds",
-    "slo_violation_rate": "Share of held-out jobs that violated the SLO",
-    "cost_usd": "Mean held-out cost per job, in USD",
-    "carbon_g": "Mean held-out carbon per job, in gCO2eq",
-    "energy_kwh": "Mean held-out energy per job, in kWh",
-}
+EVAL_GAUGES = {metric.csv_column: metric.help for metric in METRICS}
 """metrics.csv eval columns exported as `fedmc_heldout_<column>{experiment,region,policy}`."""
 
 

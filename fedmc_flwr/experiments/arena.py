@@ -118,30 +118,26 @@ def trained_policies(
     """A factory of one greedy policy per region from a finished run's checkpoints:
     'federated' (the last round's global weights, for every region), 'centralised' (one
     learner for every region) or 'local' (each region's own learner)."""
-    from fedmc_flwr.export import read_checkpoint
-    from fedmc_flwr.policies.ppo import PPOLearner, weights_of_state
+    from fedmc_flwr.policies.checkpoints import (
+        learner_checkpoint,
+        read_checkpoint,
+        round_checkpoint,
+    )
+    from fedmc_flwr.policies.ppo import PPOLearner
 
-    checkpoints = run_dir / "checkpoints"
     regions = [region.name for region in region_catalogue(cfg.world.regions)]
 
     def greedy(path: Path) -> Policy:
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: no such checkpoint")
-        if kind == "federated":
-            weights = read_checkpoint(path)
-        else:
-            with np.load(path, allow_pickle=False) as state:
-                weights = weights_of_state(state)
         learner = PPOLearner(cfg, [0], seed=0)
-        learner.set_weights(weights)
+        learner.set_weights(read_checkpoint(path))
         return learner.policy(name)
 
     if kind == "federated":
-        policies = [greedy(checkpoints / f"round_{cfg.train.rounds:03d}.npz")] * len(regions)
+        policies = [greedy(round_checkpoint(run_dir, cfg.train.rounds))] * len(regions)
     elif kind == "centralised":
-        policies = [greedy(checkpoints / "ppo-centralised.npz")] * len(regions)
+        policies = [greedy(learner_checkpoint(run_dir, "ppo-centralised"))] * len(regions)
     elif kind == "local":
-        policies = [greedy(checkpoints / f"ppo-local-{region}.npz") for region in regions]
+        policies = [greedy(learner_checkpoint(run_dir, f"ppo-local-{r}")) for r in regions]
     else:
         raise ValueError(f"unknown kind {kind!r}; expected federated, centralised or local")
     return lambda sim: policies

@@ -24,10 +24,10 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from fedmc_flwr.hooks.config import KubernetesHook
-from fedmc_flwr.hooks.decisions import Decisions
-from fedmc_flwr.hooks.mode import ActionLog
-from fedmc_flwr.hooks.retry import with_retries
+from fedmc_flwr.integrations.config import KubernetesHook
+from fedmc_flwr.integrations.decisions import Decisions
+from fedmc_flwr.integrations.mode import ActionLog
+from fedmc_flwr.integrations.retry import with_retries
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,8 @@ from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
 from fedmc_flwr.config import ExperimentConfig, load_config
+from fedmc_flwr.errors import InputError
+from fedmc_flwr.policies.checkpoints import read_checkpoint, run_config
 from fedmc_flwr.policies.moments import MOMENT_ARRAYS, Moments
 from fedmc_flwr.policies.networks import (
     MASKED_LOGIT,
@@ -36,7 +38,6 @@ from fedmc_flwr.policies.networks import (
     build_network,
 )
 from fedmc_flwr.policies.normalisers import OBS_CLIP, ObservationNorm
-from fedmc_flwr.policies.ppo import weights_of_state
 from fedmc_flwr.sim.layout import EXPECTED_DELAY, GLOBAL_WIDTH, NODE_WIDTH, ObsLayout
 from fedmc_flwr.sim.signals import build_spec
 
@@ -44,29 +45,10 @@ OPSET = 17
 """ONNX opset of the exported graph (onnxruntime has served it since 1.12)."""
 
 
-class ExportError(ValueError):
+class ExportError(InputError, ValueError):
     """A checkpoint that cannot be exported, in one line."""
 
-
-def read_checkpoint(path: Path) -> list[np.ndarray]:
-    """The policy's arrays (`PPOLearner.get_weights`' layout) from a federated checkpoint
-    (`w000, w001, ...`) or a saved learner (`fedmc train`'s `checkpoints/<policy>.npz`)."""
-    if not path.is_file():
-        raise ExportError(f"{path}: no such checkpoint")
-    with np.load(path, allow_pickle=False) as data:
-        keys = sorted(k for k in data.files if k.startswith("w") and k[1:].isdigit())
-        if keys:
-            return [data[k] for k in keys]
-        if "param.0" in data.files:
-            return weights_of_state({k: data[k] for k in data.files})
-    raise ExportError(
-        f"{path}: not a checkpoint (neither w000, w001, ... arrays nor a saved learner)"
-    )
-
-
-def checkpoint_config(checkpoint: Path) -> Path:
-    """`results/<exp>/config.yaml` of `results/<exp>/checkpoints/round_NNN.npz`."""
-    return checkpoint.resolve().parent.parent / "config.yaml"
+    label = "export: "
 
 
 class _Graph:
@@ -314,5 +296,5 @@ def export_policy(cfg: ExperimentConfig, weights: list[np.ndarray], out: Path) -
 
 def export_checkpoint(checkpoint: Path, out: Path, config: Path | None = None) -> Path:
     """`fedmc export`: read a checkpoint and its run's config, write the ONNX policy."""
-    cfg = load_config(config or checkpoint_config(checkpoint))
+    cfg = load_config(config or run_config(checkpoint))
     return export_policy(cfg, read_checkpoint(checkpoint), out)

@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from pathlib import Path
-
-from fedmc_flwr.config import ConfigError
 
 HOOKS = ("prometheus", "openstack", "k8s")
 DEFAULT_CONFIGS = {
@@ -41,27 +38,15 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run `export` or `hooks`; returns the exit code."""
-    from fedmc_flwr.hooks.mode import LiveRefused
-    from fedmc_flwr.hooks.retry import ServiceUnavailable
-
+    """Run `export` or `hooks`; returns the exit code. Failures are `InputError`s and
+    `RunFailure`s, which the `fedmc` command reports."""
     logging.basicConfig(format="fedmc: %(message)s", level=logging.WARNING)
-    try:
-        if args.command == "export":
-            from fedmc_flwr.export import ExportError, export_checkpoint
+    if args.command == "export":
+        from fedmc_flwr.integrations.export import export_checkpoint
 
-            try:
-                print(export_checkpoint(args.checkpoint, args.out, args.config))
-            except ExportError as exc:
-                print(f"fedmc: export: {exc}", file=sys.stderr)
-                return 2
-            return 0
-        from fedmc_flwr.hooks.runner import run_hook
+        print(export_checkpoint(args.checkpoint, args.out, args.config))
+        return 0
+    from fedmc_flwr.integrations.runner import run_hook
 
-        config = args.config or Path(DEFAULT_CONFIGS[args.hook])
-        return run_hook(args.hook, args.action, args.policy, config, args.log)
-    except (LiveRefused, ConfigError, FileNotFoundError) as exc:
-        print(f"fedmc: hooks: {exc}", file=sys.stderr)
-        return 2
-    except ServiceUnavailable:
-        return 1  # its one log line is already out
+    config = args.config or Path(DEFAULT_CONFIGS[args.hook])
+    return run_hook(args.hook, args.action, args.policy, config, args.log)

@@ -19,13 +19,14 @@ from typing import Any
 
 import httpx
 
-from fedmc_flwr.hooks.config import OpenStackHook
-from fedmc_flwr.hooks.decisions import Decisions
-from fedmc_flwr.hooks.mode import ActionLog
-from fedmc_flwr.hooks.retry import with_retries
+from fedmc_flwr.errors import RunFailure
+from fedmc_flwr.integrations.config import OpenStackHook
+from fedmc_flwr.integrations.decisions import Decisions
+from fedmc_flwr.integrations.mode import ActionLog
+from fedmc_flwr.integrations.retry import with_retries
 
 
-class PlacementError(RuntimeError):
+class PlacementError(RunFailure, RuntimeError):
     """Placement answered a request with an error that retrying cannot fix."""
 
 

@@ -13,12 +13,16 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from fedmc_flwr.errors import RunFailure
+
 T = TypeVar("T")
 log = logging.getLogger("fedmc.hooks")
 
 
-class ServiceUnavailable(RuntimeError):
-    """A service did not answer usefully after every retry."""
+class ServiceUnavailable(RunFailure, RuntimeError):
+    """A service did not answer usefully after every retry (its one line is logged)."""
+
+    logged = True
 
 
 def with_retries(

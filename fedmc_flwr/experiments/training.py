@@ -23,9 +23,16 @@ import dataclasses
 import time
 from pathlib import Path
 
-from fedmc_flwr.baselines import evaluate_dispatchers, format_table, summary_rows
+from fedmc_flwr.analysis.tables import format_table, with_ci
 from fedmc_flwr.config import ConfigError, ExperimentConfig, shares_one_estate, to_yaml
-from fedmc_flwr.evaluation import EvalResult, evaluate, per_seed_rows
+from fedmc_flwr.evaluation import (
+    EvalResult,
+    evaluate,
+    evaluate_dispatchers,
+    per_seed_rows,
+    summary_rows,
+)
+from fedmc_flwr.policies.checkpoints import learner_checkpoint
 from fedmc_flwr.policies.ppo import ROUND_METRICS, PPOLearner
 from fedmc_flwr.results import TIMING_COLUMNS, MetricsWriter, experiment_dir, per_seed_writer
 from fedmc_flwr.seeds import learner_seed
@@ -147,11 +154,11 @@ def train(cfg: ExperimentConfig, mode: str, *, overwrite: bool = True) -> Path:
         )
         print(
             f"[{policy}] round {rnd}/{cfg.train.rounds} held-out reward "
-            f"{overall['reward']:.4f} ± {overall['reward_ci95']:.4f}"
+            + with_ci(overall["reward"], overall["reward_ci95"])
         )
     for client, learner in learners.items():
         name = policy if client == "all" else f"{policy}-{client}"
-        learner.save(out / "checkpoints" / f"{name}.npz")
+        learner.save(learner_checkpoint(out, name))
     print(format_table([*dispatcher_rows, *learner_rows]))
     print(f"wrote {out / 'metrics.csv'}")
     return out / "metrics.csv"

@@ -23,15 +23,13 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from fedmc_flwr.evaluation import over_training_seeds
+from fedmc_flwr.analysis.statistics import over_training_seeds
+from fedmc_flwr.metrics import METRICS
 
 FORMATS = ("png", "svg")
 LABELS = {
-    "reward": ("reward per job", 1.0, "higher is better"),
-    "latency_ms": ("mean latency (ms)", 1.0, "lower is better"),
-    "cost_usd": ("cost per job (µUSD)", 1e6, "lower is better"),
-    "carbon_g": ("carbon per job (mg CO2eq)", 1e3, "lower is better"),
-    "slo_violation": ("SLO-violation rate", 1.0, "lower is better"),
+    m.name: (m.label, m.scale, "higher is better" if m.higher_is_better else "lower is better")
+    for m in METRICS
 }
 """metric -> (axis label with unit, scale from the CSV's unit, direction)."""
 

@@ -34,24 +34,30 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedmc_flwr.evaluation import (
+from fedmc_flwr.analysis.statistics import (
     Estimate,
     over_training_seeds,
     paired_difference,
     paired_over_seeds_and_worlds,
     stratified_mean,
 )
+from fedmc_flwr.analysis.tables import with_ci
+from fedmc_flwr.errors import InputError
+from fedmc_flwr.metrics import BY_NAME, POINT_METRICS
 from fedmc_flwr.results import PER_SEED_FILE, PER_SEED_VALUES, read_per_seed
 
 FIXED = -1
 """The training-seed key of a dispatcher's one run (it does not depend on the seed)."""
 WORLD = ["client", "eval_seed"]
 """What identifies a held-out world inside one split."""
-POINT_METRICS = ("latency_ms", "latency_p95_ms", "slo_violation", "cost_usd", "carbon_g")
+TABLE_POINTS = tuple(m for m in POINT_METRICS if m.name != "energy_kwh")
+"""The figures `table` shows beside the reward (energy follows the power model's cost)."""
 
 
-class ReportError(Exception):
+class ReportError(InputError, ValueError):
     """Input the report cannot use; the message is one line for the user."""
+
+    label = "report: "
 
 
 @dataclass
@@ -244,8 +250,8 @@ def summarise(policies: dict[str, dict[int, Run]], baselines: Sequence[str]) -> 
     for policy, runs in policies.items():
         reward, over = level(runs)
         points = {
-            m: float(np.mean([stratified_mean(run.values[m]).mean for run in runs.values()]))
-            for m in POINT_METRICS
+            m.name: float(np.mean([stratified_mean(r.values[m.name]).mean for r in runs.values()]))
+            for m in TABLE_POINTS
         }
         summary = PolicySummary(
             policy=policy,
@@ -326,41 +332,18 @@ def _reward_verdict(row: dict[str, object]) -> str:
     return "n/a (training seeds differ)" if np.isnan(diff.mean) else diff.verdict()
 
 
-UNITS: dict[str, tuple[str, float, str]] = {
-    "reward": ("reward", 1.0, "+.4f"),
-    "latency_ms": ("latency ms", 1.0, ".1f"),
-    "latency_p95_ms": ("p95 ms", 1.0, ".1f"),
-    "slo_violation": ("SLO viol.", 1.0, ".3f"),
-    "cost_usd": ("cost µUSD/job", 1e6, ".3f"),
-    "carbon_g": ("carbon mg/job", 1e3, ".3f"),
-    "energy_kwh": ("energy mWh/job", 1e6, ".3f"),
-}
-"""metric -> (column title, scale to the title's unit, number format)."""
-
-
-def _with_ci(value: float, half_width: float, scale: float, fmt: str) -> str:
-    if np.isnan(value):
-        return "n/a"
-    text = format(value * scale, fmt)
-    if np.isnan(half_width):
-        return text
-    return f"{text} ± {format(half_width * scale, fmt.lstrip('+'))}"
-
-
 def summary_table(summary: pd.DataFrame) -> tuple[list[list[str]], list[list[str]]]:
     """Two tables of `summary_frame`'s rows as strings: the levels (± 95% CI), and the
     paired differences against the baseline (± 95% CI) with the reward verdict."""
-    titles = [UNITS[m][0] for m in SUMMARY_METRICS]
+    titles = [BY_NAME[m].title for m in SUMMARY_METRICS]
     level_rows = [["policy", "train seeds", *titles, "CI over"]]
     paired_rows = [["policy", *(f"Δ {t}" for t in titles), "reward vs baseline", "CI over"]]
     for row in summary.to_dict("records"):
         seeds = str(row["train_seeds"]) if row["learner"] else "-"
-        cells = [
-            _with_ci(row[m], row[f"{m}_ci95"], UNITS[m][1], UNITS[m][2]) for m in SUMMARY_METRICS
-        ]
+        cells = [with_ci(row[m], row[f"{m}_ci95"], BY_NAME[m]) for m in SUMMARY_METRICS]
         level_rows.append([row["policy"], seeds, *cells, row["ci_over"]])
         diffs = [
-            _with_ci(row[f"d_{m}"], row[f"d_{m}_ci95"], UNITS[m][1], "+" + UNITS[m][2].lstrip("+"))
+            with_ci(row[f"d_{m}"], row[f"d_{m}_ci95"], BY_NAME[m], sign="+")
             if row["policy"] != row["baseline"]
             else "(baseline)"
             for m in SUMMARY_METRICS
@@ -373,9 +356,7 @@ def summary_table(summary: pd.DataFrame) -> tuple[list[list[str]], list[list[str
 
 
 def _pm(estimate: Estimate) -> str:
-    if np.isnan(estimate.half_width):
-        return f"{estimate.mean:+.4f}"
-    return f"{estimate.mean:+.4f} ± {estimate.half_width:.4f}"
+    return with_ci(estimate.mean, estimate.half_width, sign="+")
 
 
 def table(summaries: list[PolicySummary], baselines: Sequence[str]) -> list[list[str]]:
@@ -385,11 +366,7 @@ def table(summaries: list[PolicySummary], baselines: Sequence[str]) -> list[list
         "train seeds",
         "reward ± 95% CI",
         "CI over",
-        "latency ms",
-        "p95 ms",
-        "SLO viol.",
-        "cost µUSD/job",
-        "carbon mg/job",
+        *(metric.title for metric in TABLE_POINTS),
         "train steps",
     ]
     for base in baselines:
@@ -401,11 +378,7 @@ def table(summaries: list[PolicySummary], baselines: Sequence[str]) -> list[list
             str(len(s.runs)) if s.learner else "-",
             _pm(s.reward),
             s.over,
-            f"{s.points['latency_ms']:.1f}",
-            f"{s.points['latency_p95_ms']:.1f}",
-            f"{s.points['slo_violation']:.3f}",
-            f"{s.points['cost_usd'] * 1e6:.3f}",
-            f"{s.points['carbon_g'] * 1e3:.3f}",
+            *(metric.cell(s.points[metric.name]) for metric in TABLE_POINTS),
             f"{s.train_steps:,.0f}",
         ]
         for base in baselines:
@@ -477,7 +450,7 @@ def parse_round(text: str) -> int | None:
     try:
         value = int(text)
     except ValueError:
-        raise ValueError(f"--round must be 'last' or a round number, got {text!r}") from None
+        raise ReportError(f"--round must be 'last' or a round number, got {text!r}") from None
     if value < 1:
-        raise ValueError(f"--round must be >= 1, got {value}")
+        raise ReportError(f"--round must be >= 1, got {value}")
     return value

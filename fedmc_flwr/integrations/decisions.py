@@ -15,8 +15,8 @@ import numpy as np
 
 from fedmc_flwr.config import ExperimentConfig
 from fedmc_flwr.evaluation import heldout_seeds
+from fedmc_flwr.integrations.serving import OnnxPolicy
 from fedmc_flwr.seeds import heldout_phases
-from fedmc_flwr.serving import OnnxPolicy
 from fedmc_flwr.sim.world import METRIC_NAMES, MultiCloudSim
 
 

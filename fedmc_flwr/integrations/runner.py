@@ -14,13 +14,20 @@ import time
 from pathlib import Path
 
 from fedmc_flwr.config import load_config
-from fedmc_flwr.hooks.config import IntegrationConfig, load_integration
-from fedmc_flwr.hooks.decisions import Decisions, Signals, decide
-from fedmc_flwr.hooks.mode import LIVE, ActionLog, current_mode, require_credentials
-from fedmc_flwr.hooks.retry import ServiceUnavailable
-from fedmc_flwr.serving import OnnxPolicy
+from fedmc_flwr.errors import InputError
+from fedmc_flwr.integrations.config import IntegrationConfig, load_integration
+from fedmc_flwr.integrations.decisions import Decisions, Signals, decide
+from fedmc_flwr.integrations.mode import LIVE, ActionLog, current_mode, require_credentials
+from fedmc_flwr.integrations.retry import ServiceUnavailable
+from fedmc_flwr.integrations.serving import OnnxPolicy
 
 log = logging.getLogger("fedmc.hooks")
+
+
+class PolicyMissing(InputError, FileNotFoundError):
+    """The hook was pointed at no policy file."""
+
+    label = "hooks: "
 
 
 def _kubeconfig(cfg: IntegrationConfig) -> str | None:
@@ -40,7 +47,7 @@ def _credentials(hook: str, cfg: IntegrationConfig) -> dict[str, str | None]:
 
 
 def _signals(cfg: IntegrationConfig, regions: list[str]) -> Signals:
-    from fedmc_flwr.hooks.prometheus import observed_signals
+    from fedmc_flwr.integrations.prometheus import observed_signals
 
     try:
         return observed_signals(cfg.prometheus, regions, time.time())
@@ -50,14 +57,15 @@ def _signals(cfg: IntegrationConfig, regions: list[str]) -> Signals:
 
 
 def run_hook(hook: str, action: str, policy_path: Path, config: Path, log_path: Path | None) -> int:
-    """Run one hook; returns the exit code (LiveRefused and ConfigError propagate)."""
+    """Run one hook; returns the exit code (LiveRefused, PolicyMissing and ConfigError
+    propagate)."""
     cfg = load_integration(config)
     mode = current_mode()
     live = action == "apply" and mode == LIVE
     if live:
         require_credentials(hook, _credentials(hook, cfg))
     if not policy_path.is_file():
-        raise FileNotFoundError(f"{policy_path}: no such policy (write one with fedmc export)")
+        raise PolicyMissing(f"{policy_path}: no such policy (write one with fedmc export)")
     policy = OnnxPolicy(policy_path)
     experiment = load_config(cfg.experiment)
     actions = ActionLog(
@@ -68,7 +76,7 @@ def run_hook(hook: str, action: str, policy_path: Path, config: Path, log_path: 
     decisions = decide(policy, experiment, cfg.steps, cfg.worlds, signals)
     _report(actions, decisions, signals)
     if hook == "k8s":
-        from fedmc_flwr.hooks.kubernetes import Scaler, apps_api, desired_replicas
+        from fedmc_flwr.integrations.kubernetes import Scaler, apps_api, desired_replicas
 
         kubeconfig = _kubeconfig(cfg)
         api = apps_api(kubeconfig) if action == "apply" and kubeconfig else None
@@ -76,7 +84,7 @@ def run_hook(hook: str, action: str, policy_path: Path, config: Path, log_path: 
             desired_replicas(decisions, cfg.kubernetes), live
         )
     elif hook == "openstack":
-        from fedmc_flwr.hooks.openstack import Placement, claim_next_jobs
+        from fedmc_flwr.integrations.openstack import Placement, claim_next_jobs
 
         token = os.environ.get(cfg.openstack.token_env)
         placement = Placement(cfg.openstack, token) if action == "apply" and token else None

@@ -116,7 +116,7 @@ def paired_differences(
 ) -> dict[str, pd.DataFrame]:
     """baseline -> every learner's paired difference to it per round (`paired_by_round`).
     Named baselines must be in the file; by default those of DEFAULT_BASELINES that are."""
-    from fedmc_flwr.report import paired_by_round
+    from fedmc_flwr.analysis.report import paired_by_round
     from fedmc_flwr.results import read_per_seed
 
     frame = read_per_seed(per_seed_path)

@@ -12,9 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
-from fedmc_flwr.config import ConfigError
+from fedmc_flwr.config import read_yaml
 
 
 @dataclass
@@ -96,11 +95,5 @@ class IntegrationConfig:
 
 def load_integration(path: str | Path) -> IntegrationConfig:
     """Read and check an integration config; `ConfigError` in one line on any problem."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: no such integration config")
-    try:
-        merged = OmegaConf.merge(OmegaConf.structured(IntegrationConfig), OmegaConf.load(path))
-    except OmegaConfBaseException as exc:
-        raise ConfigError(f"{path}: {str(exc).splitlines()[0]}") from None
+    merged = read_yaml(path, IntegrationConfig, "integration config")
     return OmegaConf.to_object(merged)  # type: ignore[return-value]

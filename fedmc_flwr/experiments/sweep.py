@@ -13,11 +13,11 @@ are skipped, so an interrupted sweep resumes where it stopped, and a cell whose 
 changed is an error rather than a silent mix of two experiments. Cells run seed by seed,
 so a sweep stopped early still has complete comparisons over the seeds it finished.
 
-The summary (`summary.csv`, `summary.md`) pools the cells through `fedmc_flwr.report`:
+The summary (`summary.csv`, `summary.md`) pools the cells through `fedmc_flwr.analysis.report`:
 per policy, the mean and 95% CI over training seeds of every per-seed metric, and its
 paired difference against the baseline (training seeds and held-out worlds). The arena
 summary (`arena.csv`, `arena.md`) does the same for every trained policy and dispatcher
-in the joint arena (`fedmc_flwr.arena`: all regions' policies at once on one estate),
+in the joint arena (`fedmc_flwr.experiments.arena`: all regions' policies at once on one estate),
 beside each policy's level alone.
 """
 
@@ -35,10 +35,16 @@ from pathlib import Path
 
 import pandas as pd
 from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 from tqdm import tqdm
 
-from fedmc_flwr.config import ConfigError, ExperimentConfig, load_config, shares_one_estate
+from fedmc_flwr.config import (
+    ConfigError,
+    ExperimentConfig,
+    load_config,
+    read_yaml,
+    shares_one_estate,
+)
+from fedmc_flwr.errors import RunFailure
 from fedmc_flwr.results import (
     PER_SEED_COLUMNS,
     PER_SEED_FILE,
@@ -115,14 +121,7 @@ def load_sweep(path: str | Path, results_dir: str | Path | None = None) -> Sweep
     """Read and check a sweep file; every cell's config is loaded (and so validated) here.
     `results_dir` replaces the file's (a notebook or a test writes elsewhere)."""
     path = Path(path).resolve()
-    if not path.is_file():
-        raise ConfigError(f"{path}: no such sweep file")
-    try:
-        spec: SweepSpec = OmegaConf.to_object(
-            OmegaConf.merge(OmegaConf.structured(SweepSpec), OmegaConf.load(path))
-        )  # type: ignore[assignment]
-    except OmegaConfBaseException as exc:
-        raise ConfigError(f"{path}: {str(exc).splitlines()[0]}") from None
+    spec: SweepSpec = OmegaConf.to_object(read_yaml(path, SweepSpec, "sweep file"))  # type: ignore[assignment]
     if not spec.variants:
         raise ConfigError(f"{path}: variants: expected at least one")
     if not spec.seeds or len(set(spec.seeds)) != len(spec.seeds):
@@ -169,6 +168,10 @@ def is_finished(cell: Cell) -> bool:
     return len(last) == cell.cfg.world.regions * cell.cfg.eval.seeds
 
 
+class CellFailed(RunFailure, RuntimeError):
+    """A cell's run did not finish; the sweep stops there (rerun it to continue)."""
+
+
 def federate(config: Path, overrides: list[str]) -> int:
     """One federated run through Flower (`fedmc run`'s runner); its exit code. The cell's
     folder is new or a half-written one `run_cell` removed, so nothing is refused."""
@@ -183,9 +186,9 @@ def run_cell(cell: Cell, experiment: Path) -> None:
         shutil.rmtree(cell.out_dir)
     if cell.kind == "federated":
         if federate(experiment, list(cell.overrides)) != 0:
-            raise RuntimeError(f"{cell.label}: the federated run failed; see its log")
+            raise CellFailed(f"{cell.label}: the federated run failed; see its log")
     else:
-        from fedmc_flwr.training import train
+        from fedmc_flwr.experiments.training import train
 
         train(cell.cfg, cell.kind)
 
@@ -298,7 +301,7 @@ def curves(frame: pd.DataFrame) -> pd.DataFrame:
 def summarise_sweep(sweep: Sweep, baseline: str | None = None) -> tuple[Path, Path, Path]:
     """Write summary.csv, summary.md and curves.csv from the training seeds whose every
     cell is finished; return their paths."""
-    from fedmc_flwr.report import collect, format_markdown, summary_frame, summary_table
+    from fedmc_flwr.analysis.report import collect, format_markdown, summary_frame, summary_table
 
     seeds = complete_seeds(sweep)
     if not seeds:
@@ -326,10 +329,11 @@ def summarise_sweep(sweep: Sweep, baseline: str | None = None) -> tuple[Path, Pa
 
 def arena_frame(sweep: Sweep, seeds: list[int], progress: bool = True) -> pd.DataFrame:
     """Every finished cell of `seeds` and every dispatcher in the joint arena
-    (`fedmc_flwr.arena`), in per_seed.csv's schema with a `source` column. Each cell's rows
-    are kept in its folder's arena.csv and the dispatchers' in `<sweep>/arena/`, so a
-    summary evaluates only what is new (a rerun cell loses its file with its folder)."""
-    from fedmc_flwr import arena
+    (`fedmc_flwr.experiments.arena`), in per_seed.csv's schema with a `source` column.
+    Each cell's rows are kept in its folder's arena.csv and the dispatchers' in
+    `<sweep>/arena/`, so a summary evaluates only what is new (a rerun cell loses its file
+    with its folder)."""
+    from fedmc_flwr.experiments import arena
 
     cells = [cell for cell in sweep.cells if cell.seed in seeds]
     dispatchers = sweep.out_dir / "arena" / arena.ARENA_FILE
@@ -369,7 +373,8 @@ def _write_rows(path: Path, rows: list[dict]) -> None:
 def summarise_arena(sweep: Sweep, seeds: list[int], baseline: str) -> tuple[Path, Path]:
     """arena.csv and arena.md of the sweep: each policy in the joint arena, paired against
     `baseline` there, and beside its level alone (summary.csv)."""
-    from fedmc_flwr.report import collect, format_markdown, summary_frame, summary_table
+    from fedmc_flwr.analysis.report import collect, format_markdown, summary_frame, summary_table
+    from fedmc_flwr.analysis.tables import with_ci
 
     summary = summary_frame(collect(arena_frame(sweep, seeds)), baseline)
     csv_path = sweep.out_dir / "arena.csv"
@@ -385,19 +390,19 @@ def summarise_arena(sweep: Sweep, seeds: list[int], baseline: str) -> tuple[Path
         side.append(
             [
                 row["policy"],
-                f"{mine['reward']:.4f} ± {mine['reward_ci95']:.4f}",
-                f"{row['reward']:.4f} ± {row['reward_ci95']:.4f}",
+                with_ci(mine["reward"], mine["reward_ci95"]),
+                with_ci(row["reward"], row["reward_ci95"]),
                 "(baseline)"
                 if row["policy"] == baseline
-                else f"{mine['d_reward']:+.4f} ± {mine['d_reward_ci95']:.4f}",
+                else with_ci(mine["d_reward"], mine["d_reward_ci95"], sign="+"),
                 "(baseline)"
                 if row["policy"] == baseline
-                else f"{row['d_reward']:+.4f} ± {row['d_reward_ci95']:.4f}",
+                else with_ci(row["d_reward"], row["d_reward_ci95"], sign="+"),
             ]
         )
     md_path.write_text(
         f"Sweep `{sweep.name}` in the joint arena: every region's jobs arrive at one shared "
-        "estate at once, each routed by its own region's policy (`fedmc_flwr.arena`); "
+        "estate at once, each routed by its own region's policy (`fedmc_flwr.experiments.arena`); "
         f"training seeds {seeds}, learners at their last round, 95% CIs as in summary.md, "
         "differences paired per arena world.\n\n"
         f"Alone (summary.md, mean over regions) and in the arena, reward per job:\n\n"
@@ -409,25 +414,16 @@ def summarise_arena(sweep: Sweep, seeds: list[int], baseline: str) -> tuple[Path
 
 
 def main(config: Path, baseline: str | None, summary_only: bool, jobs: int = 1) -> int:
-    """`fedmc sweep`: run what is missing, then summarise; the exit code."""
-    from fedmc_flwr.report import ReportError
-
+    """`fedmc sweep`: run what is missing, then summarise; the exit code (a failed cell
+    is a `CellFailed`, a summary that cannot be made a `ReportError`)."""
     sweep = load_sweep(config)
-    try:
-        if not summary_only:
-            run_sweep(sweep, jobs=jobs)
-    except RuntimeError as exc:
-        print(f"fedmc: sweep: {exc}", file=sys.stderr)
-        return 1
-    try:
-        paths = summarise_sweep(sweep, baseline)
-        if shares_one_estate(sweep.cells[0].cfg):
-            paths += summarise_arena(sweep, complete_seeds(sweep), baseline or sweep.baseline)
-        else:
-            print("fedmc: sweep: no arena: the regions' estates differ (world.region_estates)")
-    except ReportError as exc:
-        print(f"fedmc: sweep: {exc}", file=sys.stderr)
-        return 2
+    if not summary_only:
+        run_sweep(sweep, jobs=jobs)
+    paths = summarise_sweep(sweep, baseline)
+    if shares_one_estate(sweep.cells[0].cfg):
+        paths += summarise_arena(sweep, complete_seeds(sweep), baseline or sweep.baseline)
+    else:
+        print("fedmc: sweep: no arena: the regions' estates differ (world.region_estates)")
     for path in paths:
         print(path)
     for summary in paths:

@@ -1,0 +1,35 @@
+"""`fedmc baselines`: every classic dispatcher on every region's held-out seeds.
+
+The rows go to `results/<experiment>-baselines/baselines.csv` with the columns of
+metrics.csv, so the learners' evaluation rows and these compare in one table or plot, and
+every held-out world's values to `per_seed.csv` beside it (round 0), for paired
+comparisons (`fedmc report`). The `-baselines` suffix keeps them from overwriting the
+federated run's files in `results/<experiment>/`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fedmc_flwr.analysis.tables import format_table
+from fedmc_flwr.config import ExperimentConfig
+from fedmc_flwr.evaluation import evaluate_dispatchers, per_seed_rows, summary_rows
+from fedmc_flwr.results import COLUMNS, MetricsWriter, experiment_dir, per_seed_writer
+from fedmc_flwr.sim.signals import region_catalogue
+
+
+def run_baselines(cfg: ExperimentConfig) -> Path:
+    """Evaluate every dispatcher, print the table, write `baselines.csv` and `per_seed.csv`;
+    return baselines.csv's path."""
+    results = evaluate_dispatchers(cfg)
+    names = [region.name for region in region_catalogue(cfg.world.regions)]
+    rows = summary_rows(results, names)
+    out = experiment_dir(cfg.results_dir, f"{cfg.name}-baselines")
+    path = out / "baselines.csv"
+    writer = MetricsWriter(path, columns=COLUMNS)
+    writer.write({"experiment": cfg.name, "round": 0, "phase": "eval", **row} for row in rows)
+    key = {"experiment": cfg.name, "train_seed": cfg.seed, "round": 0, "train_steps": 0}
+    per_seed_writer(out).write(per_seed_rows(results, names, **key))
+    print(format_table(rows))
+    print(f"wrote {path}")
+    return path
