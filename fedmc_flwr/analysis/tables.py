@@ -8,7 +8,11 @@ mean over held-out worlds of each world's 95th percentile of latency, as in the 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 
+import pandas as pd
+
+from fedmc_flwr.analysis.statistics import Estimate, paired_difference
 from fedmc_flwr.metrics import BY_NAME, POINT_METRICS, Metric
 
 REWARD = BY_NAME["reward"]
@@ -28,22 +32,71 @@ def with_ci(value: float, half_width: float, metric: Metric = REWARD, sign: str 
     return f"{text} ± {metric.cell(half_width)}"
 
 
-def _cells(row: dict) -> list[str]:
+PAIRED_BASELINES = ("sed", "two-tier")
+"""The dispatchers `fedmc run`'s table pairs every policy against: the strongest classic
+dispatcher and the two-tier heuristic a platform would otherwise deploy."""
+
+Paired = Mapping[str, Mapping[str, Estimate]]
+"""Per policy, per baseline: the paired difference of rewards."""
+
+
+def paired_against(
+    per_seed: pd.DataFrame, baselines: Sequence[str]
+) -> dict[str, dict[str, Estimate]]:
+    """Each policy's reward minus each baseline's on the same held-out worlds (one run's
+    per_seed.csv rows, each policy at its last round), with the CI over those worlds,
+    regions as strata (`paired_difference`). Baselines the run lacks are left out."""
+    last = per_seed.groupby("policy")["round"].transform("max")
+    rows = per_seed[per_seed["round"] == last]
+    regions = list(dict.fromkeys(rows["client"]))
+
+    def per_region(policy: str) -> list[pd.Series]:
+        mine = rows[rows["policy"] == policy].set_index(["client", "eval_seed"])["reward"]
+        return [mine.loc[region].sort_index() for region in regions]
+
+    present = [name for name in baselines if name in set(rows["policy"])]
+    out: dict[str, dict[str, Estimate]] = {}
+    for policy in dict.fromkeys(rows["policy"]):
+        mine = per_region(policy)
+        out[policy] = {}
+        for baseline in present:
+            theirs = per_region(baseline)
+            for a, b in zip(mine, theirs, strict=True):
+                if not a.index.equals(b.index):
+                    raise ValueError(f"{policy} and {baseline} were judged on other worlds")
+            out[policy][baseline] = paired_difference(
+                [a.to_numpy() for a in mine], [b.to_numpy() for b in theirs]
+            )
+    return out
+
+
+def _cells(row: dict, paired: Paired, baselines: Sequence[str]) -> list[str]:
+    differences = []
+    for name in baselines:
+        d = paired[row["policy"]][name]
+        differences.append(
+            "-" if row["policy"] == name else with_ci(d.mean, d.half_width, sign="+")
+        )
     return [
         row["policy"],
         with_ci(row["reward"], row["reward_ci95"]),
+        *differences,
         *(metric.cell(row[metric.csv_column]) for metric in POINT_METRICS),
     ]
 
 
-def format_table(rows: list[dict]) -> str:
-    """The `client="all"` rows (metrics.csv's columns), aligned."""
-    body = [_cells(row) for row in rows if row["client"] == "all"]
-    widths = [max(map(len, column)) for column in zip(_HEADERS, *body, strict=True)]
+def format_table(rows: list[dict], paired: Paired | None = None) -> str:
+    """The `client="all"` rows (metrics.csv's columns), aligned; with `paired`, a column
+    per baseline of each policy's paired reward difference against it (± its 95% CI over
+    the held-out worlds)."""
+    baselines = list(next(iter(paired.values()))) if paired else []
+    headers = [*_HEADERS[:2], *(f"vs {name} ± ci95" for name in baselines), *_HEADERS[2:]]
+    body = [_cells(row, paired or {}, baselines) for row in rows if row["client"] == "all"]
+    widths = [max(map(len, column)) for column in zip(headers, *body, strict=True)]
     return "\n".join(
         "  ".join(
             cell.ljust(width) if k == 0 else cell.rjust(width)
             for k, (cell, width) in enumerate(zip(line, widths, strict=True))
         )
-        for line in [list(_HEADERS), *body]
+        for line in [headers, *body]
     )

@@ -37,7 +37,7 @@ from typing import Protocol
 import pandas as pd
 
 from fedmc_flwr.analysis.plots import plot_metrics
-from fedmc_flwr.analysis.tables import format_table
+from fedmc_flwr.analysis.tables import PAIRED_BASELINES, format_table, paired_against
 from fedmc_flwr.config import ConfigError, ExperimentConfig, load_config, to_yaml
 from fedmc_flwr.federation.processes import FlowerProcesses, owner_token, stop_stale
 from fedmc_flwr.federation.recorder import STATUS_FILE
@@ -52,7 +52,7 @@ from fedmc_flwr.federation.superlink import (
     start_superlink,
     write_connection,
 )
-from fedmc_flwr.results import experiment_path, holds_results
+from fedmc_flwr.results import PER_SEED_FILE, experiment_path, holds_results, read_per_seed
 from fedmc_flwr.sim.world import warm_cache
 
 __all__ = ["RunError", "SimulationEngine", "run_federation"]
@@ -174,14 +174,25 @@ def _final_status(
 
 
 def last_round_table(csv_path: Path) -> str:
-    """The last round's held-out evaluation (mean over regions), best reward first."""
+    """The last round's held-out evaluation (mean over regions), best reward first, with
+    each policy's paired difference against `PAIRED_BASELINES` from the run's per-world
+    rewards (per_seed.csv beside metrics.csv), so the table carries its own evidence."""
     frame = pd.read_csv(csv_path)
     evals = frame[frame["phase"] == "eval"]
     last = int(evals["round"].max())
     rows = evals[evals["round"] == last].sort_values("reward", ascending=False)
-    return f"round {last}, held-out evaluation, mean over regions:\n" + format_table(
-        rows.drop(columns=["reason"], errors="ignore").to_dict("records")
+    per_seed = csv_path.parent / PER_SEED_FILE
+    paired = (
+        paired_against(read_per_seed(per_seed), PAIRED_BASELINES) if per_seed.is_file() else None
     )
+    table = format_table(rows.drop(columns=["reason"], errors="ignore").to_dict("records"), paired)
+    note = (
+        "\nreward: higher is better. vs X: reward minus X's on the same held-out worlds, "
+        "± 95% CI over those worlds (one training seed)."
+        if paired
+        else ""
+    )
+    return f"round {last}, held-out evaluation, mean over regions:\n{table}{note}"
 
 
 def _failure(out: Path) -> str:
