@@ -166,8 +166,12 @@ def test_cli_summary_only_and_an_unknown_baseline(swept: Path, capsys) -> None:
 
 def test_shipped_sweeps_load() -> None:
     default = load_sweep(REPO / "conf" / "sweeps" / "default.yaml")
-    assert len(default.cells) == 35 and default.baseline in {c.variant for c in default.cells}
-    mus = sorted(c.cfg.federation.mu for c in default.cells if c.variant.startswith("ppo-shrink"))
+    assert {c.kind for c in default.cells} == {"federated", "centralised", "local"}
+    assert len(default.cells) == 15 and default.baseline == "sed"
+    assert {c.cfg.ppo.policy for c in default.cells} == {"two-tier"}
+    variants = load_sweep(REPO / "conf" / "sweeps" / "federation_variants.yaml")
+    assert len(variants.cells) == 25 and variants.baseline in {c.variant for c in variants.cells}
+    mus = sorted(c.cfg.federation.mu for c in variants.cells if c.variant.startswith("ppo-shrink"))
     assert sorted(set(mus)) == [0.01, 0.1, 0.5]
     tiny = load_sweep(REPO / "conf" / "sweeps" / "tiny.yaml")
     assert {(c.kind, c.seed) for c in tiny.cells} == {
