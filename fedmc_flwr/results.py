@@ -15,10 +15,13 @@ after the last complete line as well.
 from __future__ import annotations
 
 import csv
+import datetime
 import io
+import json
 import math
 import os
 import shutil
+import subprocess
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -247,3 +250,47 @@ def read_per_seed(path: str | Path) -> Any:
     if missing:
         raise ValueError(f"{path}: not a per_seed.csv (no columns {missing})")
     return frame
+
+
+PROVENANCE_FILE = "provenance.json"
+"""Where a sweep records the code its cells ran and when (`record_provenance`)."""
+
+
+def code_version(repo: Path | None = None) -> dict[str, str | bool]:
+    """The git commit of the code in use and whether its tracked files differ from it;
+    "unknown" outside a git checkout (an installed package)."""
+    where = repo or Path(__file__).resolve().parents[1]
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", "-C", str(where), *args], capture_output=True, text=True, check=True
+        )
+        return done.stdout.strip()
+
+    try:
+        return {
+            "commit": git("rev-parse", "--short=12", "HEAD"),
+            "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+        }
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": "unknown", "dirty": False}
+
+
+def record_provenance(out_dir: Path, command: str) -> None:
+    """Write `provenance.json` beside a sweep's cells when it starts running them: the
+    command, the code's version and the date, which the results docs name above a table."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stamp = {
+        "command": command,
+        **code_version(),
+        "started": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+    (out_dir / PROVENANCE_FILE).write_text(json.dumps(stamp, indent=1) + "\n")
+
+
+def read_provenance(out_dir: Path) -> dict[str, Any] | None:
+    """What `record_provenance` wrote, or None if the folder has none."""
+    try:
+        return json.loads((out_dir / PROVENANCE_FILE).read_text())
+    except (OSError, ValueError):
+        return None

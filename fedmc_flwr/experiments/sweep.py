@@ -51,6 +51,7 @@ from fedmc_flwr.results import (
     PER_SEED_VALUES,
     MetricsWriter,
     read_per_seed,
+    record_provenance,
 )
 
 KINDS = ("federated", "centralised", "local")
@@ -111,6 +112,8 @@ class Cell:
 @dataclass(frozen=True)
 class Sweep:
     name: str
+    path: Path
+    """The sweep file."""
     out_dir: Path
     experiment: Path
     baseline: str
@@ -144,7 +147,7 @@ def load_sweep(path: str | Path, results_dir: str | Path | None = None) -> Sweep
             ]
             cfg = load_config(experiment, overrides)
             cells.append(Cell(name, variant.kind, seed, cfg, tuple(overrides)))
-    return Sweep(spec.name, out_dir, experiment, spec.baseline, tuple(cells))
+    return Sweep(spec.name, path, out_dir, experiment, spec.baseline, tuple(cells))
 
 
 def is_finished(cell: Cell) -> bool:
@@ -223,6 +226,14 @@ def _run_logged(cell: Cell, experiment: Path, log: Path) -> None:
         run_cell(cell, experiment)
 
 
+def _shown(path: Path) -> str:
+    """A path as a command names it: relative to the working directory when inside it."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 def run_sweep(sweep: Sweep, progress: bool = True, jobs: int = 1) -> list[Cell]:
     """Run every unfinished cell in order (seed by seed); return the cells that ran.
 
@@ -236,6 +247,8 @@ def run_sweep(sweep: Sweep, progress: bool = True, jobs: int = 1) -> list[Cell]:
         raise ConfigError(f"jobs = {jobs}: expected 1 or more cells at once")
     todo = [cell for cell in sweep.cells if not is_finished(cell)]
     done = len(sweep.cells) - len(todo)
+    if todo:
+        record_provenance(sweep.out_dir, f"fedmc sweep --config {_shown(sweep.path)}")
     print(
         f"fedmc sweep {sweep.name}: {len(sweep.cells)} cells, {done} finished, "
         f"{len(todo)} to run{f', {jobs} at once' if jobs > 1 else ''}; "
