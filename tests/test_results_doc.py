@@ -1,0 +1,60 @@
+"""docs/results.md and the README's headline block come from the sweeps' own files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fedmc_flwr.analysis.results_doc import BEGIN, END, update_readme, write_results
+from fedmc_flwr.errors import InputError
+from fedmc_flwr.results import record_provenance
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def sweep_file(folder: Path, name: str, results: Path) -> Path:
+    path = folder / f"{name}.yaml"
+    path.write_text(
+        f"# A tiny sweep of {name}: FedAvg against SED on two seeds.\n"
+        f"# `fedmc sweep --config conf/sweeps/{name}.yaml`\n"
+        f"name: {name}\nexperiment: {REPO / 'conf' / 'small_demo.yaml'}\n"
+        f"results_dir: {results}\nseeds: [0, 1]\nbaseline: sed\n"
+        "variants:\n  ppo-fedavg:\n    kind: federated\n"
+    )
+    return path
+
+
+def test_each_section_is_the_sweeps_description_provenance_and_summary(tmp_path: Path) -> None:
+    sweeps, results = tmp_path / "sweeps", tmp_path / "results"
+    sweeps.mkdir()
+    for name in ("default", "other"):
+        sweep_file(sweeps, name, results)
+    (results / "default").mkdir(parents=True)
+    (results / "default" / "summary.md").write_text("| policy | reward |\n|---|---|\n| x | -1 |\n")
+    record_provenance(results / "default", "fedmc sweep --config conf/sweeps/default.yaml")
+    out = write_results(["default", "other"], tmp_path / "results.md", sweeps)
+    text = out.read_text()
+    assert "## A tiny sweep of default (`default`)" in text
+    assert "FedAvg against SED on two seeds." in text
+    assert "| x | -1 |" in text
+    assert "`fedmc sweep --config conf/sweeps/default.yaml` at commit `" in text
+    assert "Not measured yet" in text.split("(`other`)")[1]
+
+
+def test_the_readme_block_is_replaced_and_the_rest_kept(tmp_path: Path) -> None:
+    sweeps, results = tmp_path / "sweeps", tmp_path / "results"
+    sweeps.mkdir()
+    sweep_file(sweeps, "default", results)
+    (results / "default").mkdir(parents=True)
+    (results / "default" / "summary.md").write_text("| fresh | table |\n")
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# Title\n\n{BEGIN}\n| stale |\n{END}\n\n## Next\n")
+    update_readme(readme, sweeps)
+    text = readme.read_text()
+    assert "| fresh | table |" in text and "stale" not in text
+    assert text.startswith("# Title") and text.endswith("## Next\n")
+    assert "commit" not in text  # commits and dates stay in docs/results.md
+    readme.write_text("# no markers\n")
+    with pytest.raises(InputError, match="no headline block"):
+        update_readme(readme, sweeps)
