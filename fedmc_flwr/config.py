@@ -182,6 +182,9 @@ class PPOConfig:
     """Global gradient-norm clip."""
     hidden_size: int = 64
     """Width of the two hidden layers of actor and critic."""
+    scorer_depth: int = 2
+    """Hidden layers of each of the two-tier network's scorers (its region and node tiers;
+    its critic keeps two)."""
     norm_adv: bool = True
     """Normalise advantages per minibatch."""
     episode_steps: int = 2000
@@ -360,6 +363,7 @@ _RANGES: dict[str, _Check] = {
     "ppo.vf_coef": (_non_negative, "a number >= 0"),
     "ppo.max_grad_norm": (_positive, "a number > 0"),
     "ppo.hidden_size": (_positive, "an integer > 0"),
+    "ppo.scorer_depth": (_positive, "an integer > 0"),
     "ppo.episode_steps": (_positive, "an integer > 0"),
     "ppo.torch_threads": (_positive, "an integer > 0"),
     "ppo.policy": (lambda v: v in POLICY_KINDS, f"one of {POLICY_KINDS}"),

@@ -252,3 +252,15 @@ def test_pooling_gives_torch_means_numbers_and_gradients() -> None:
     (theirs * weights).sum().backward()
     assert torch.equal(ours, theirs)
     assert torch.equal(ours_grad, x.grad)
+
+
+def test_the_scorers_depth_is_a_config_key() -> None:
+    deep_cfg, shallow_cfg = small_cfg("two-tier", 2, 3), small_cfg("two-tier", 2, 3)
+    shallow_cfg.ppo.scorer_depth = 1
+    deep, shallow = (PPOLearner(cfg, [0], seed=0) for cfg in (deep_cfg, shallow_cfg))
+    linears = [
+        sum(isinstance(layer, torch.nn.Linear) for layer in learner.model.node_scorer)
+        for learner in (deep, shallow)
+    ]
+    assert linears == [3, 2]
+    assert len(shallow.get_weights()) == len(deep.get_weights()) - 4  # two layers fewer

@@ -27,9 +27,12 @@ POLICY = "ppo-transfer"
 
 
 def transferred_config(source: ExperimentConfig, target: ExperimentConfig) -> ExperimentConfig:
-    """The target estate and its evaluation, with the source run's network (kind and size)."""
+    """The target estate and its evaluation, with the source run's network (kind and shape)."""
     ppo = dataclasses.replace(
-        target.ppo, policy=source.ppo.policy, hidden_size=source.ppo.hidden_size
+        target.ppo,
+        policy=source.ppo.policy,
+        hidden_size=source.ppo.hidden_size,
+        scorer_depth=source.ppo.scorer_depth,
     )
     return dataclasses.replace(target, ppo=ppo)
 

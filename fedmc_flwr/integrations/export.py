@@ -257,7 +257,12 @@ def load_network(
     spec = build_spec(cfg.world, cfg.reward)
     layout = ObsLayout(spec.num_nodes, spec.num_regions)
     network = build_network(
-        cfg.ppo.policy, layout.size, spec.num_nodes, cfg.ppo.hidden_size, spec.nodes_per_region
+        cfg.ppo.policy,
+        layout.size,
+        spec.num_nodes,
+        cfg.ppo.hidden_size,
+        spec.nodes_per_region,
+        cfg.ppo.scorer_depth,
     )
     params = list(network.parameters())
     expected = len(params) + 2 * MOMENT_ARRAYS

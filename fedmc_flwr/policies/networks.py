@@ -227,19 +227,16 @@ class NodeScorer(FlatActorCritic):
         return score(self.actor_encoder, self.actor_head, node_rows(obs))
 
 
-def _scorer(row: int, hidden: int, out_std: float) -> nn.Sequential:
-    """Two ReLU layers and a linear score, applied to each row of a set on its own (the
+def _scorer(row: int, hidden: int, out_std: float, depth: int = 2) -> nn.Sequential:
+    """`depth` ReLU layers and a linear score, applied to each row of a set on its own (the
     softmax over the set compares them). ReLU, not tanh: on the CPU torch's tanh and its
     backward cost several times ReLU's, and this network applies them to every region's
     and node's row, not once a sample."""
     gain = float(np.sqrt(2.0))
-    return nn.Sequential(
-        _layer(row, hidden, gain),
-        nn.ReLU(),
-        _layer(hidden, hidden, gain),
-        nn.ReLU(),
-        _layer(hidden, 1, out_std),
-    )
+    layers: list[nn.Module] = []
+    for k in range(depth):
+        layers += [_layer(row if k == 0 else hidden, hidden, gain), nn.ReLU()]
+    return nn.Sequential(*layers, _layer(hidden, 1, out_std))
 
 
 class Estate(NamedTuple):
@@ -256,11 +253,11 @@ class TwoTier(ActorCritic):
     the module docstring. `nodes_per_region` is the estate's shape, not a parameter: the
     same weights serve an estate of any shape."""
 
-    def __init__(self, hidden: int, nodes_per_region: int) -> None:
+    def __init__(self, hidden: int, nodes_per_region: int, depth: int = 2) -> None:
         super().__init__()
         self.nodes_per_region = nodes_per_region
-        self.region_scorer = _scorer(SUMMARY_WIDTH, hidden, 0.01)
-        self.node_scorer = _scorer(ROW_WIDTH, hidden, 0.01)
+        self.region_scorer = _scorer(SUMMARY_WIDTH, hidden, 0.01, depth)
+        self.node_scorer = _scorer(ROW_WIDTH, hidden, 0.01, depth)
         self.critic = _scorer(SUMMARY_WIDTH, hidden, 1.0)
 
     def on_estate(self, nodes_per_region: int) -> TwoTier:
@@ -365,11 +362,16 @@ class TwoTier(ActorCritic):
 
 
 def build_network(
-    kind: str, obs_dim: int, num_actions: int, hidden: int, nodes_per_region: int
+    kind: str,
+    obs_dim: int,
+    num_actions: int,
+    hidden: int,
+    nodes_per_region: int,
+    scorer_depth: int = 2,
 ) -> ActorCritic:
     """The network `ppo.policy` names, for an estate of this observation and action size."""
     if kind == "two-tier":
-        return TwoTier(hidden, nodes_per_region)
+        return TwoTier(hidden, nodes_per_region, scorer_depth)
     if kind == "mlp":
         return FlatMLP(obs_dim, num_actions, hidden)
     if kind == "node-scorer":

@@ -180,6 +180,7 @@ class PPOLearner:
                 self.sim.num_actions,
                 cfg.ppo.hidden_size,
                 self.sim.nodes_per_region,
+                cfg.ppo.scorer_depth,
             )
         self.params = list(self.model.parameters())
         self.norm = ObservationNorm()
