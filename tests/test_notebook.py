@@ -8,9 +8,10 @@ from pathlib import Path
 import nbformat
 import pandas as pd
 import pytest
+from conftest import REPO
 from nbclient import NotebookClient
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "explore.ipynb"
+NOTEBOOK = REPO / "notebooks" / "explore.ipynb"
 
 
 def test_the_notebook_is_committed_without_outputs() -> None:

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from conftest import CONF, TINY
 
 from fedmc_flwr.analysis.report import collect, compare, level
 from fedmc_flwr.cli import main
@@ -22,9 +23,6 @@ from fedmc_flwr.experiments.sweep import (
     run_sweep,
     summarise_sweep,
 )
-
-TINY = Path(__file__).parent / "conf" / "tiny_federation.yaml"
-REPO = Path(__file__).resolve().parents[1]
 
 
 def write_sweep(folder: Path, **changes: object) -> Path:
@@ -165,18 +163,18 @@ def test_cli_summary_only_and_an_unknown_baseline(swept: Path, capsys) -> None:
 
 
 def test_shipped_sweeps_load() -> None:
-    default = load_sweep(REPO / "conf" / "sweeps" / "default.yaml")
+    default = load_sweep(CONF / "sweeps" / "default.yaml")
     assert len(default.cells) == 35 and default.baseline in {c.variant for c in default.cells}
     mus = sorted(c.cfg.federation.mu for c in default.cells if c.variant.startswith("ppo-shrink"))
     assert sorted(set(mus)) == [0.01, 0.1, 0.5]
-    tiny = load_sweep(REPO / "conf" / "sweeps" / "tiny.yaml")
+    tiny = load_sweep(CONF / "sweeps" / "tiny.yaml")
     assert {(c.kind, c.seed) for c in tiny.cells} == {
         ("federated", 0),
         ("federated", 1),
         ("centralised", 0),
         ("centralised", 1),
     }
-    ablations = [load_sweep(path) for path in (REPO / "conf" / "sweeps").glob("fedprox_*.yaml")]
+    ablations = [load_sweep(path) for path in (CONF / "sweeps").glob("fedprox_*.yaml")]
     assert {sweep.experiment.name for sweep in ablations} == {
         f"noniid_{name}.yaml"
         for name in ("balanced", "busy_region", "skewed_prices_carbon", "outages")
