@@ -188,6 +188,11 @@ class PPOConfig:
     not depend on the estate's size)."""
 
 
+POLICY_KINDS = ("mlp", "node-scorer")
+"""The network kinds `ppo.policy` accepts. The schema cannot import the networks (they
+need torch), so `policies.networks.KINDS` must list the same; a test holds them equal."""
+
+
 @dataclass
 class TrainConfig:
     """How much each learner trains."""
@@ -355,7 +360,7 @@ _RANGES: dict[str, _Check] = {
     "ppo.hidden_size": (_positive, "an integer > 0"),
     "ppo.episode_steps": (_positive, "an integer > 0"),
     "ppo.torch_threads": (_positive, "an integer > 0"),
-    "ppo.policy": (lambda v: v in ("mlp", "node-scorer"), "'mlp' or 'node-scorer'"),
+    "ppo.policy": (lambda v: v in POLICY_KINDS, " or ".join(map(repr, POLICY_KINDS))),
     "train.rounds": (_positive, "an integer > 0"),
     "train.steps_per_round": (_positive, "an integer > 0"),
     "federation.strategy": (

@@ -7,14 +7,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import SMALL_DEMO
 
-from fedmc_flwr.config import ConfigError, ExperimentConfig, PPOConfig, WorldConfig, load_config
-from fedmc_flwr.policies.networks import NodeScorer, build_network, pool
+from fedmc_flwr.config import (
+    POLICY_KINDS,
+    ConfigError,
+    ExperimentConfig,
+    PPOConfig,
+    WorldConfig,
+    load_config,
+)
+from fedmc_flwr.policies.networks import KINDS, NodeScorer, build_network, pool
 from fedmc_flwr.policies.ppo import PPOLearner
 from fedmc_flwr.sim.layout import GLOBAL_WIDTH, NODE_WIDTH
 from fedmc_flwr.sim.world import MultiCloudSim
 
-REPO = Path(__file__).resolve().parents[1]
 SHAPES = ((2, 3), (3, 5))  # regions x nodes per region
 
 
@@ -80,7 +87,7 @@ def test_scorer_checkpoint_restores_bit_for_bit(tmp_path: Path) -> None:
 
 def test_an_unknown_network_kind_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match=r"ppo\.policy"):
-        load_config(REPO / "conf" / "small_demo.yaml", ["ppo.policy=transformer"])
+        load_config(SMALL_DEMO, ["ppo.policy=transformer"])
 
 
 def test_pooling_gives_torch_means_numbers_and_gradients() -> None:
@@ -96,3 +103,8 @@ def test_pooling_gives_torch_means_numbers_and_gradients() -> None:
     (theirs * weights).sum().backward()
     assert torch.equal(ours, theirs)
     assert torch.equal(ours_grad, x.grad)
+
+
+def test_the_schema_accepts_exactly_the_network_kinds() -> None:
+    """config.py lists the kinds without importing torch; the two lists must agree."""
+    assert POLICY_KINDS == KINDS
