@@ -41,7 +41,7 @@ train: setup
 plots: setup
 	$(BIN)/fedmc plot results/small_demo/metrics.csv
 
-# The README's expected results: every learner of small_demo over training seeds 0-4
+# The expected results (docs/results.md): every learner of small_demo over training seeds 0-4
 # (conf/sweeps/default.yaml), the node scorer federated and centralised over the same seeds
 # (conf/sweeps/node_scorer.yaml) and with declared job sizes, exact and noisy
 # (conf/sweeps/declared_size.yaml, declared_size_error.yaml),
