@@ -111,6 +111,7 @@ def arena_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_the_sweeps_arena_summary_pairs_each_learner_with_the_baseline(arena_sweep: Path) -> None:
     sweep = load_sweep(arena_sweep)
     summary = pd.read_csv(sweep.out_dir / "arena.csv").set_index("policy")
@@ -129,6 +130,7 @@ def test_the_sweeps_arena_summary_pairs_each_learner_with_the_baseline(arena_swe
     assert "| ppo-local |" in markdown and "reward alone" in markdown
 
 
+@pytest.mark.slow
 def test_a_cells_arena_rows_are_kept_and_reproduced(arena_sweep: Path) -> None:
     sweep = load_sweep(arena_sweep)
     cell = next(c for c in sweep.cells if c.kind == "local")
@@ -141,6 +143,7 @@ def test_a_cells_arena_rows_are_kept_and_reproduced(arena_sweep: Path) -> None:
     assert path.read_bytes() == before
 
 
+@pytest.mark.slow
 def test_local_policies_act_for_their_own_region_only(arena_sweep: Path) -> None:
     """Swapping two regions' local policies changes the arena: each serves its own jobs."""
     sweep = load_sweep(arena_sweep)

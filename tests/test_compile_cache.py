@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
+pytestmark = pytest.mark.slow  # every test compiles the kernels in fresh processes
+
 PACKAGE = REPO / "fedmc_flwr"
 
 # "all": compile or load every kernel the simulator runs, then roll out a few steps;

@@ -69,6 +69,7 @@ def hetero_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return results / "tiny_hetero"
 
 
+@pytest.mark.flower
 def test_one_network_federates_over_three_estate_shapes(hetero_run: Path) -> None:
     """Every round each region's client trained and was judged on its own estate, and the
     global network of the last round, on each region's own estate, gives exactly the

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 from conftest import SMALL_DEMO
 
 from fedmc_flwr.analysis.statistics import ci95
@@ -22,6 +23,7 @@ from fedmc_flwr.policies.heuristics import DISPATCHERS
 from fedmc_flwr.policies.ppo import STATISTICS
 
 
+@pytest.mark.slow
 def test_round_one_global_policy_beats_random_and_its_initialisation(tmp_path: Path) -> None:
     cfg = load_config(SMALL_DEMO, ["eval.seeds=8", "eval.steps=1000"])
     initial = initial_weights(cfg)

@@ -20,6 +20,8 @@ def test_the_notebook_is_committed_without_outputs() -> None:
     assert code and all(not cell.outputs and cell.execution_count is None for cell in code)
 
 
+@pytest.mark.flower
+@pytest.mark.slow
 def test_the_notebook_runs_and_its_sweep_is_complete(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
