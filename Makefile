@@ -10,7 +10,7 @@ TORCH := torch==2.13.0+cpu
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 CONFIG ?= conf/small_demo.yaml
 
-.PHONY: setup lock placement demo test lint baselines train plots results report bench clean
+.PHONY: setup lock placement demo test test-fast lint baselines train plots results report bench clean
 
 $(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
@@ -41,7 +41,7 @@ train: setup
 plots: setup
 	$(BIN)/fedmc plot results/small_demo/metrics.csv
 
-# The README's expected results: every learner of small_demo over training seeds 0-4
+# The expected results (docs/results.md): every learner of small_demo over training seeds 0-4
 # (conf/sweeps/default.yaml), the node scorer federated and centralised over the same seeds
 # (conf/sweeps/node_scorer.yaml) and with declared job sizes, exact and noisy
 # (conf/sweeps/declared_size.yaml, declared_size_error.yaml),
@@ -82,6 +82,11 @@ placement: $(PLACEMENT_VENV)/.installed
 test: setup placement
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q
+
+# The edit-test loop: every test that neither starts Flower nor takes long (pyproject's
+# markers), in about a minute.
+test-fast: setup placement
+	$(BIN)/pytest -q -m "not slow and not flower"
 
 bench: setup
 	$(BIN)/python bench/bench_sim.py

@@ -1,8 +1,11 @@
 """The `fedmc` command: one subcommand per job, each a thin call into the package.
 
-Every subcommand takes `--config FILE` and repeatable `--set key=value` overrides. Bad
-input (a config, an override, a file to read, an experiment that already holds results)
-prints one line naming what is wrong and exits with 2; a run that fails exits with 1.
+The experiment subcommands (run, deploy, baselines, train, transfer) take `--config FILE`
+and repeatable `--set key=value` overrides; the others take their own arguments. Every
+failure is an `InputError` or a `RunFailure` (`fedmc_flwr.errors`), caught once in
+`main`: bad input (a config, an override, a file to read, an experiment that already
+holds results) prints one line naming what is wrong and exits with 2; a run that fails
+exits with 1.
 """
 
 from __future__ import annotations

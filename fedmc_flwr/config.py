@@ -366,7 +366,7 @@ _RANGES: dict[str, _Check] = {
     "ppo.scorer_depth": (_positive, "an integer > 0"),
     "ppo.episode_steps": (_positive, "an integer > 0"),
     "ppo.torch_threads": (_positive, "an integer > 0"),
-    "ppo.policy": (lambda v: v in POLICY_KINDS, f"one of {POLICY_KINDS}"),
+    "ppo.policy": (lambda v: v in POLICY_KINDS, " or ".join(map(repr, POLICY_KINDS))),
     "train.rounds": (_positive, "an integer > 0"),
     "train.steps_per_round": (_positive, "an integer > 0"),
     "federation.strategy": (

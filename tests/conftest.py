@@ -1,4 +1,8 @@
-"""Shared fixtures: the demo config, a textbook queueing world, and a batch rollout."""
+"""Shared paths, tiny configs and fixtures: the demo config, a textbook queueing world, a
+batch rollout, and the tiny experiment run through Flower.
+
+Test modules import the constants (`from conftest import REPO, TINY`), so every file is
+named from the repository root, never from the working directory."""
 
 from __future__ import annotations
 
@@ -14,11 +18,21 @@ from fedmc_flwr.policies.base import Policy
 from fedmc_flwr.sim.world import METRIC_NAMES, MultiCloudSim
 
 REPO = Path(__file__).resolve().parents[1]
+"""The repository root."""
+CONF = REPO / "conf"
+SMALL_DEMO = CONF / "small_demo.yaml"
+TINY = REPO / "tests" / "conf" / "tiny_federation.yaml"
+"""The smallest federated experiment (2 regions x 2 nodes, short rounds): what the tests
+run through Flower."""
+TINY_HETERO = REPO / "tests" / "conf" / "tiny_hetero.yaml"
+"""TINY with three estates of different shapes (the node scorer federates them)."""
+TINY_WORLD = ("world.regions=2", "world.nodes_per_region=2")
+"""Overrides that shrink small_demo's estate to 2 regions x 2 nodes."""
 
 
 @pytest.fixture
 def small_demo_path() -> Path:
-    return REPO / "conf" / "small_demo.yaml"
+    return SMALL_DEMO
 
 
 @pytest.fixture
@@ -78,7 +92,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     """The tiny experiment through Flower's simulation engine, twice: one virtual client
     per region, then both regions on one client (shared by the federation and deployment
     tests)."""
-    from flower_runs import TINY, run_isolated
+    from flower_runs import run_isolated
 
     outs = []
     for supernodes in (2, 1):

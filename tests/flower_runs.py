@@ -7,10 +7,9 @@ import tempfile
 from pathlib import Path
 
 import psutil
+from conftest import TINY
 
 from fedmc_flwr.federation.runner import Engine, run_federation
-
-TINY = Path(__file__).parent / "conf" / "tiny_federation.yaml"
 
 
 def processes_with_env(marker: str) -> list[int]:

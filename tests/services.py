@@ -18,8 +18,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nobody listens on right now."""

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import SMALL_DEMO
 from test_sweep import write_sweep
 
 from fedmc_flwr.analysis.report import collect, compare
@@ -18,8 +19,6 @@ from fedmc_flwr.results import read_per_seed
 from fedmc_flwr.seeds import arena_seeds, heldout_seeds
 from fedmc_flwr.sim import kernel
 from fedmc_flwr.sim.world import MultiCloudSim
-
-SMALL = Path(__file__).resolve().parents[1] / "conf" / "small_demo.yaml"
 
 
 def rollout(sim: MultiCloudSim, seeds: np.ndarray, steps: int) -> tuple[np.ndarray, np.ndarray]:
@@ -37,7 +36,7 @@ def rollout(sim: MultiCloudSim, seeds: np.ndarray, steps: int) -> tuple[np.ndarr
 
 
 def test_each_job_comes_from_a_region_in_proportion_to_its_workload() -> None:
-    cfg = load_config(SMALL, ["world.region_load=[1.0,0.5,0.25]", "world.burstiness=0"])
+    cfg = load_config(SMALL_DEMO, ["world.region_load=[1.0,0.5,0.25]", "world.burstiness=0"])
     sim = MultiCloudSim(cfg.world, cfg.reward, np.zeros(32, np.int64), joint=True)
     ingress, _ = rollout(sim, np.arange(32, dtype=np.uint64), 1500)
     shares = np.bincount(ingress.ravel(), minlength=3) / ingress.size
@@ -47,7 +46,7 @@ def test_each_job_comes_from_a_region_in_proportion_to_its_workload() -> None:
 
 
 def test_the_arena_offers_the_estate_what_the_busiest_region_offers_alone() -> None:
-    cfg = load_config(SMALL, ["world.region_load=[0.5,1.0,0.8]"])
+    cfg = load_config(SMALL_DEMO, ["world.region_load=[0.5,1.0,0.8]"])
     alone = MultiCloudSim(cfg.world, cfg.reward, [0])
     joint = MultiCloudSim(cfg.world, cfg.reward, [0], joint=True)
     rates = joint._statics[4][kernel.ARRIVAL_RATE]
@@ -57,7 +56,7 @@ def test_the_arena_offers_the_estate_what_the_busiest_region_offers_alone() -> N
 
 
 def test_a_joint_world_depends_on_its_own_seed_only() -> None:
-    cfg = load_config(SMALL)
+    cfg = load_config(SMALL_DEMO)
     seeds = np.array([11, 12, 13, 14], dtype=np.uint64)
     batch = rollout(MultiCloudSim(cfg.world, cfg.reward, [0] * 4, joint=True), seeds, 300)
     alone = rollout(MultiCloudSim(cfg.world, cfg.reward, [2], joint=True), seeds[2:3], 300)
@@ -80,7 +79,7 @@ class Recorder:
 
 
 def test_each_job_is_routed_by_its_own_regions_policy() -> None:
-    cfg = load_config(SMALL, ["eval.seeds=6", "eval.steps=200"])
+    cfg = load_config(SMALL_DEMO, ["eval.seeds=6", "eval.steps=200"])
     policies: list[Recorder] = []
 
     def make(sim: MultiCloudSim) -> list[Recorder]:
@@ -112,6 +111,7 @@ def arena_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_the_sweeps_arena_summary_pairs_each_learner_with_the_baseline(arena_sweep: Path) -> None:
     sweep = load_sweep(arena_sweep)
     summary = pd.read_csv(sweep.out_dir / "arena.csv").set_index("policy")
@@ -130,6 +130,7 @@ def test_the_sweeps_arena_summary_pairs_each_learner_with_the_baseline(arena_swe
     assert "| ppo-local |" in markdown and "reward alone" in markdown
 
 
+@pytest.mark.slow
 def test_a_cells_arena_rows_are_kept_and_reproduced(arena_sweep: Path) -> None:
     sweep = load_sweep(arena_sweep)
     cell = next(c for c in sweep.cells if c.kind == "local")
@@ -142,6 +143,7 @@ def test_a_cells_arena_rows_are_kept_and_reproduced(arena_sweep: Path) -> None:
     assert path.read_bytes() == before
 
 
+@pytest.mark.slow
 def test_local_policies_act_for_their_own_region_only(arena_sweep: Path) -> None:
     """Swapping two regions' local policies changes the arena: each serves its own jobs."""
     sweep = load_sweep(arena_sweep)

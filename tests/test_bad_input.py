@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import REPO, SMALL_DEMO, TINY
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -27,9 +28,6 @@ from fedmc_flwr.policies.ppo import PPOLearner
 from fedmc_flwr.results import COLUMNS, MetricsWriter, experiment_path, keep_rows
 from fedmc_flwr.sim.world import MultiCloudSim
 
-REPO = Path(__file__).resolve().parents[1]
-SMALL_DEMO = REPO / "conf" / "small_demo.yaml"
-TINY = REPO / "tests" / "conf" / "tiny_federation.yaml"
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 EDGES = st.one_of(

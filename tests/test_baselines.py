@@ -75,6 +75,7 @@ def test_run_baselines_writes_the_csv_and_prints_the_table(
                 assert mine["reward"].mean() == pytest.approx(float(row["reward"]), rel=1e-12)
 
 
+@pytest.mark.slow
 def test_objectives_conflict_in_small_demo(small_demo: ExperimentConfig) -> None:
     """No non-oracle dispatcher is best on latency, cost and carbon at once."""
     names = [name for name in DISPATCHERS if name not in ORACLES]

@@ -17,8 +17,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 
-PACKAGE = Path(__file__).resolve().parents[1] / "fedmc_flwr"
+pytestmark = pytest.mark.slow  # every test compiles the kernels in fresh processes
+
+PACKAGE = REPO / "fedmc_flwr"
 
 # "all": compile or load every kernel the simulator runs, then roll out a few steps;
 # "seed": only the smallest kernel, for checks that must compile and should stay quick.

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import CONF
 
 from fedmc_flwr.cli import main
 from fedmc_flwr.config import (
@@ -132,6 +133,6 @@ def test_an_estate_too_large_for_its_batch_is_refused(small_demo_path: Path) -> 
 
 @pytest.mark.parametrize("name", ["large", "huge"])
 def test_the_large_estates_load_within_the_size_bound(name: str) -> None:
-    cfg = load_config(Path(__file__).parents[1] / "conf" / f"{name}.yaml")
+    cfg = load_config(CONF / f"{name}.yaml")
     assert cfg.world.regions * cfg.world.nodes_per_region in (1000, 10_000)
     assert max(working_set_bytes(cfg).values()) < 2**30

@@ -53,12 +53,14 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("table", ["metrics.csv", "per_seed.csv"])
+@pytest.mark.flower
 def test_deployment_gives_the_simulation_engines_tables(
     deployed: Path, runs: list[Path], table: str
 ) -> None:
     assert (deployed / table).read_bytes() == (runs[0] / table).read_bytes()
 
 
+@pytest.mark.flower
 def test_each_region_keeps_its_learner_on_its_own_node(deployed: Path) -> None:
     for node, region in enumerate(REGIONS):
         folder = deployed / "nodes" / f"node-{node}" / "tiny_federation" / region
@@ -68,6 +70,7 @@ def test_each_region_keeps_its_learner_on_its_own_node(deployed: Path) -> None:
     assert not (deployed / "clients").exists()
 
 
+@pytest.mark.flower
 def test_ctrl_c_stops_every_process_the_deployment_started(tmp_path: Path) -> None:
     """SIGINT once both SuperNodes are up and the run is under way: exit 130 and nothing
     left running. `fedmc: run <id>` is printed only after every SuperNode is online and
@@ -96,6 +99,7 @@ def test_ctrl_c_stops_every_process_the_deployment_started(tmp_path: Path) -> No
         assert processes_with_env(f"TMPDIR={private}") == []
 
 
+@pytest.mark.flower
 def test_an_unregistered_supernode_is_refused(tmp_path: Path) -> None:
     """With `--enable-supernode-auth`, the registered key's node comes online, while a
     node with a key nobody registered and a node with no key at all (which, without the
@@ -183,6 +187,7 @@ def _fedmc(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_bad_deploy_and_credentials_input_is_one_line(tmp_path: Path) -> None:
     done = _fedmc("deploy", "--config", str(TINY), "--nodes", "3")
     assert done.returncode == 2

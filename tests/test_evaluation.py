@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import SMALL_DEMO, TINY_WORLD
 from scipy import stats
 
 from fedmc_flwr import seeds as seed_spaces
@@ -25,16 +26,11 @@ from fedmc_flwr.policies.heuristics import DISPATCHERS
 from fedmc_flwr.results import PER_SEED_COLUMNS
 from fedmc_flwr.sim.world import METRIC_NAMES, MultiCloudSim
 
-TINY = [
-    "world.regions=2",
-    "world.nodes_per_region=2",
-    "eval.seeds=3",
-    "eval.steps=30",
-]
+SHORT_EVAL = [*TINY_WORLD, "eval.seeds=3", "eval.steps=30"]
 
 
 def tiny(*overrides: str) -> ExperimentConfig:
-    return load_config("conf/small_demo.yaml", [*TINY, *overrides])
+    return load_config(SMALL_DEMO, [*SHORT_EVAL, *overrides])
 
 
 # --- statistics -----------------------------------------------------------------------

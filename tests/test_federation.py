@@ -60,6 +60,7 @@ def _rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
+@pytest.mark.flower
 def test_metrics_rows_of_a_real_run(runs: list[Path]) -> None:
     out = runs[0]
     assert tuple(_rows(out / "metrics.csv")[0]) == COLUMNS
@@ -97,11 +98,13 @@ def test_metrics_rows_of_a_real_run(runs: list[Path]) -> None:
 
 
 @pytest.mark.parametrize("table", ["metrics.csv", "per_seed.csv"])
+@pytest.mark.flower
 def test_same_config_and_seed_give_identical_metrics(runs: list[Path], table: str) -> None:
     first, second = ((out / table).read_bytes() for out in runs)
     assert first == second
 
 
+@pytest.mark.flower
 def test_a_run_killed_outright_resumes_to_the_same_tables(runs: list[Path], tmp_path: Path) -> None:
     """SIGKILL `fedmc run` right after round 1; `--resume` finishes it byte-identical to an
     uninterrupted run, leaving no process behind."""
@@ -130,6 +133,7 @@ def test_a_run_killed_outright_resumes_to_the_same_tables(runs: list[Path], tmp_
                 np.testing.assert_array_equal(mine[key], reference[key])
 
 
+@pytest.mark.flower
 def test_a_rerun_refuses_to_overwrite(runs: list[Path], tmp_path: Path) -> None:
     overrides = [f"results_dir={runs[0].parent}"]
     before = (runs[0] / "metrics.csv").read_bytes()
@@ -137,6 +141,7 @@ def test_a_rerun_refuses_to_overwrite(runs: list[Path], tmp_path: Path) -> None:
     assert (runs[0] / "metrics.csv").read_bytes() == before
 
 
+@pytest.mark.flower
 def test_faulty_regions_are_left_out_and_recorded(tmp_path: Path) -> None:
     """A raise, a hang past the round timeout, NaN weights, a wrong shape and an absurd step
     count: each round completes from its healthy regions, each failure is a row."""
@@ -163,6 +168,7 @@ def test_faulty_regions_are_left_out_and_recorded(tmp_path: Path) -> None:
         assert int(train["all"]["steps"]) == 256 * len(healthy)
 
 
+@pytest.mark.flower
 def test_too_few_healthy_regions_stop_the_run_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -177,6 +183,7 @@ def test_too_few_healthy_regions_stop_the_run_in_one_line(
     assert not (tmp_path / "faulty_federation" / "checkpoints").exists()
 
 
+@pytest.mark.flower
 def test_the_deadline_stops_the_run_and_everything_it_started(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import CONF, SMALL_DEMO, TINY_HETERO
 
 from fedmc_flwr.config import ConfigError, load_config, region_world, shares_one_estate
 from fedmc_flwr.evaluation import evaluate
@@ -14,9 +15,7 @@ from fedmc_flwr.experiments.training import train
 from fedmc_flwr.policies.checkpoints import read_checkpoint, round_checkpoint
 from fedmc_flwr.policies.ppo import PPOLearner
 
-REPO = Path(__file__).resolve().parents[1]
-HETERO = REPO / "conf" / "hetero_estates.yaml"
-TINY = Path(__file__).parent / "conf" / "tiny_hetero.yaml"
+HETERO = CONF / "hetero_estates.yaml"
 
 
 def test_each_region_trains_in_an_estate_of_its_own_shape() -> None:
@@ -25,9 +24,7 @@ def test_each_region_trains_in_an_estate_of_its_own_shape() -> None:
         (w.regions, w.nodes_per_region) for w in (region_world(cfg.world, r) for r in range(3))
     ]
     assert shapes == [(2, 10), (3, 6), (5, 4)]
-    assert not shares_one_estate(cfg) and shares_one_estate(
-        load_config(REPO / "conf" / "small_demo.yaml")
-    )
+    assert not shares_one_estate(cfg) and shares_one_estate(load_config(SMALL_DEMO))
     learners = [PPOLearner(cfg, [r], seed=r) for r in range(3)]
     assert [learner.sim.num_actions for learner in learners] == [20, 18, 20]
     assert len({tuple(w.shape for w in learner.get_weights()) for learner in learners}) == 1
@@ -56,7 +53,7 @@ def test_estates_of_one_shape_need_no_node_scorer() -> None:
 
 
 def test_centralised_ppo_refuses_estates_of_different_shapes(tmp_path: Path) -> None:
-    cfg = load_config(TINY, [f"results_dir={tmp_path}"])
+    cfg = load_config(TINY_HETERO, [f"results_dir={tmp_path}"])
     with pytest.raises(ConfigError, match="centralised"):
         train(cfg, "centralised")
 
@@ -68,10 +65,11 @@ def hetero_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     results = tmp_path_factory.mktemp("results")
     homes = tmp_path_factory.mktemp("home")
-    assert run_isolated(homes, [f"results_dir={results}"], 3, TINY) == 0
+    assert run_isolated(homes, [f"results_dir={results}"], 3, TINY_HETERO) == 0
     return results / "tiny_hetero"
 
 
+@pytest.mark.flower
 def test_one_network_federates_over_three_estate_shapes(hetero_run: Path) -> None:
     """Every round each region's client trained and was judged on its own estate, and the
     global network of the last round, on each region's own estate, gives exactly the

@@ -224,6 +224,7 @@ def test_jsq_beats_random_and_round_robin(
         assert gap.mean() > 5 * gap.std(ddof=1) / np.sqrt(len(gap)), other
 
 
+@pytest.mark.slow
 def test_no_dispatcher_beats_jsq_on_identical_servers(
     small_demo: ExperimentConfig, identical_world: WorldConfig, rollout
 ) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
+from conftest import SMALL_DEMO
 
 from fedmc_flwr.analysis.statistics import ci95
 from fedmc_flwr.config import load_config
@@ -20,11 +22,10 @@ from fedmc_flwr.federation.strategy import RegionUpdate, aggregate
 from fedmc_flwr.policies.heuristics import DISPATCHERS
 from fedmc_flwr.policies.ppo import STATISTICS
 
-REPO = Path(__file__).resolve().parents[1]
 
-
+@pytest.mark.slow
 def test_round_one_global_policy_beats_random_and_its_initialisation(tmp_path: Path) -> None:
-    cfg = load_config(REPO / "conf" / "small_demo.yaml", ["eval.seeds=8", "eval.steps=1000"])
+    cfg = load_config(SMALL_DEMO, ["eval.seeds=8", "eval.steps=1000"])
     initial = initial_weights(cfg)
     updates = []
     for region in range(cfg.world.regions):

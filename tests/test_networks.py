@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import SMALL_DEMO
 
 from fedmc_flwr.config import ConfigError, ExperimentConfig, PPOConfig, WorldConfig, load_config
 from fedmc_flwr.policies.networks import (
@@ -22,7 +23,6 @@ from fedmc_flwr.policies.ppo import PPOLearner
 from fedmc_flwr.sim.layout import EXPECTED_DELAY, GLOBAL_WIDTH, NODE_WIDTH
 from fedmc_flwr.sim.world import MultiCloudSim
 
-REPO = Path(__file__).resolve().parents[1]
 SHAPES = ((2, 3), (3, 5))  # regions x nodes per region
 SIZE_AGNOSTIC = ("two-tier", "node-scorer")
 
@@ -236,7 +236,7 @@ def test_checkpoint_restores_bit_for_bit(tmp_path: Path, kind: str) -> None:
 
 def test_an_unknown_network_kind_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match=r"ppo\.policy"):
-        load_config(REPO / "conf" / "small_demo.yaml", ["ppo.policy=transformer"])
+        load_config(SMALL_DEMO, ["ppo.policy=transformer"])
 
 
 def test_pooling_gives_torch_means_numbers_and_gradients() -> None:

@@ -4,16 +4,14 @@ the world's rollouts), and bad lists are config errors that name the key."""
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import CONF
 
 from fedmc_flwr.config import ConfigError, ExperimentConfig, load_config
 from fedmc_flwr.sim.signals import build_spec
 from fedmc_flwr.sim.world import MultiCloudSim
-
-CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
 def _spec(name: str, overrides: list[str] | None = None):

@@ -8,9 +8,10 @@ from pathlib import Path
 import nbformat
 import pandas as pd
 import pytest
+from conftest import REPO
 from nbclient import NotebookClient
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "explore.ipynb"
+NOTEBOOK = REPO / "notebooks" / "explore.ipynb"
 
 
 def test_the_notebook_is_committed_without_outputs() -> None:
@@ -19,6 +20,8 @@ def test_the_notebook_is_committed_without_outputs() -> None:
     assert code and all(not cell.outputs and cell.execution_count is None for cell in code)
 
 
+@pytest.mark.flower
+@pytest.mark.slow
 def test_the_notebook_runs_and_its_sweep_is_complete(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

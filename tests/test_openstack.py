@@ -13,8 +13,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from conftest import REPO
 from exported import NODES, REGIONS, apply_argv, exported_policy, integration_config
-from services import REPO, Service, free_port
+from services import Service, free_port
 
 from fedmc_flwr.cli import main
 

@@ -178,6 +178,7 @@ def test_greedy_policy_never_picks_a_masked_action() -> None:
     np.testing.assert_array_equal(actions, np.full(4, sim.num_actions - 1))
 
 
+@pytest.mark.slow
 def test_ppo_learns_to_keep_jobs_in_their_own_region() -> None:
     """Two identical single-node regions 100 ms apart at light load: the ingress region's
     own node is the best action in about 95% of the myopic oracle's choices."""

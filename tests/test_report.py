@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import SMALL_DEMO, TINY_WORLD
 
 from fedmc_flwr.analysis.report import (
     ReportError,
@@ -202,10 +203,7 @@ def test_the_run_table_and_the_report_agree_on_p95(tmp_path: Path, capsys) -> No
     """`fedmc run`'s table (metrics.csv's `client="all"` rows) and `fedmc report` (per_seed.csv)
     give one p95 for the same worlds, under one column title: the mean over worlds of each
     world's p95, not a percentile of every world's jobs pooled."""
-    cfg = load_config(
-        "conf/small_demo.yaml",
-        ["world.regions=2", "world.nodes_per_region=2", "eval.seeds=4", "eval.steps=60"],
-    )
+    cfg = load_config(SMALL_DEMO, [*TINY_WORLD, "eval.seeds=4", "eval.steps=60"])
     results = evaluate_dispatchers(cfg, ["sed", "jsq"], progress=False)
     names = [region.name for region in region_catalogue(cfg.world.regions)]
     rows = summary_rows(results, names)

@@ -5,12 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import SMALL_DEMO
 
 from fedmc_flwr.analysis.results_doc import BEGIN, END, update_readme, write_results
 from fedmc_flwr.errors import InputError
 from fedmc_flwr.results import record_provenance
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def sweep_file(folder: Path, name: str, results: Path) -> Path:
@@ -18,7 +17,7 @@ def sweep_file(folder: Path, name: str, results: Path) -> Path:
     path.write_text(
         f"# A tiny sweep of {name}: FedAvg against SED on two seeds.\n"
         f"# `fedmc sweep --config conf/sweeps/{name}.yaml`\n"
-        f"name: {name}\nexperiment: {REPO / 'conf' / 'small_demo.yaml'}\n"
+        f"name: {name}\nexperiment: {SMALL_DEMO}\n"
         f"results_dir: {results}\nseeds: [0, 1]\nbaseline: sed\n"
         "variants:\n  ppo-fedavg:\n    kind: federated\n"
     )

@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from fedmc_flwr.config import FaultConfig, FederationConfig, load_config
 from fedmc_flwr.federation import faults
@@ -25,6 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 ATTACK = FaultConfig(region=2, round=1, kind="scale", scale=1000.0)
 
 
+@pytest.mark.slow
 def test_the_median_survives_a_scaled_update_that_ruins_the_mean(tmp_path: Path) -> None:
     cfg = load_config(REPO / "conf" / "small_demo.yaml", ["eval.seeds=8", "eval.steps=1000"])
     network = len(initial_weights(cfg)) - len(STATISTICS) * MOMENT_ARRAYS

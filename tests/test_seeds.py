@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import SMALL_DEMO, TINY_WORLD
 
 from fedmc_flwr import seeds
 from fedmc_flwr.config import load_config
@@ -38,10 +39,9 @@ def test_every_world_a_learner_trains_on_is_a_training_seed(monkeypatch) -> None
 
     monkeypatch.setattr(MultiCloudSim, "reset_envs", spy)
     cfg = load_config(
-        "conf/small_demo.yaml",
+        SMALL_DEMO,
         [
-            "world.regions=2",
-            "world.nodes_per_region=2",
+            *TINY_WORLD,
             "ppo.num_envs=4",
             "ppo.rollout_steps=16",
             "ppo.num_minibatches=2",

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from conftest import CONF, TINY
 
 from fedmc_flwr.analysis.report import collect, compare, level
 from fedmc_flwr.cli import main
@@ -22,9 +23,6 @@ from fedmc_flwr.experiments.sweep import (
     run_sweep,
     summarise_sweep,
 )
-
-TINY = Path(__file__).parent / "conf" / "tiny_federation.yaml"
-REPO = Path(__file__).resolve().parents[1]
 
 
 def write_sweep(folder: Path, **changes: object) -> Path:
@@ -85,6 +83,7 @@ def test_bad_sweep_files_are_config_errors(tmp_path: Path, changes: dict, messag
         load_sweep(write_sweep(tmp_path, **changes))
 
 
+@pytest.mark.slow
 def test_finished_cells_are_skipped_and_one_rerun_cell_is_identical(swept: Path) -> None:
     sweep = load_sweep(swept)
     assert run_sweep(sweep, progress=False) == []
@@ -100,6 +99,7 @@ def test_finished_cells_are_skipped_and_one_rerun_cell_is_identical(swept: Path)
     assert summary.read_bytes() == before_summary
 
 
+@pytest.mark.slow
 def test_cells_run_two_at_once_give_the_same_results(swept: Path, tmp_path: Path) -> None:
     sweep = load_sweep(write_sweep(tmp_path))
     assert len(run_sweep(sweep, progress=False, jobs=2)) == 4
@@ -111,6 +111,7 @@ def test_cells_run_two_at_once_give_the_same_results(swept: Path, tmp_path: Path
         assert "held-out reward" in log.read_text()
 
 
+@pytest.mark.slow
 def test_a_half_written_cell_is_run_again(swept: Path) -> None:
     sweep = load_sweep(swept)
     cell = sweep.cells[1]
@@ -122,6 +123,7 @@ def test_a_half_written_cell_is_run_again(swept: Path) -> None:
     assert per_seed.read_text() == complete
 
 
+@pytest.mark.slow
 def test_a_folder_of_another_config_is_an_error(swept: Path, tmp_path: Path) -> None:
     other = load_sweep(
         write_sweep(tmp_path, results_dir=str(swept.parent / "results"), set=["train.rounds=2"])
@@ -130,6 +132,7 @@ def test_a_folder_of_another_config_is_an_error(swept: Path, tmp_path: Path) -> 
         run_sweep(other, progress=False)
 
 
+@pytest.mark.slow
 def test_summary_numbers_are_the_reports(swept: Path) -> None:
     sweep = load_sweep(swept)
     summarise_sweep(sweep)
@@ -155,6 +158,7 @@ def test_summary_numbers_are_the_reports(swept: Path) -> None:
     assert sorted(local["train_seed"].unique()) == [0, 1] and set(local["round"]) == {1}
 
 
+@pytest.mark.slow
 def test_cli_summary_only_and_an_unknown_baseline(swept: Path, capsys) -> None:
     assert main(["sweep", "--config", str(swept), "--summary-only"]) == 0
     assert "| ppo-centralised | 2 |" in capsys.readouterr().out
@@ -164,23 +168,24 @@ def test_cli_summary_only_and_an_unknown_baseline(swept: Path, capsys) -> None:
     assert capsys.readouterr().err.strip().endswith("expected 1 or more cells at once")
 
 
+@pytest.mark.slow
 def test_shipped_sweeps_load() -> None:
-    default = load_sweep(REPO / "conf" / "sweeps" / "default.yaml")
+    default = load_sweep(CONF / "sweeps" / "default.yaml")
     assert {c.kind for c in default.cells} == {"federated", "centralised", "local"}
     assert len(default.cells) == 15 and default.baseline == "sed"
     assert {c.cfg.ppo.policy for c in default.cells} == {"two-tier"}
-    variants = load_sweep(REPO / "conf" / "sweeps" / "federation_variants.yaml")
+    variants = load_sweep(CONF / "sweeps" / "federation_variants.yaml")
     assert len(variants.cells) == 25 and variants.baseline in {c.variant for c in variants.cells}
     mus = sorted(c.cfg.federation.mu for c in variants.cells if c.variant.startswith("ppo-shrink"))
     assert sorted(set(mus)) == [0.01, 0.1, 0.5]
-    tiny = load_sweep(REPO / "conf" / "sweeps" / "tiny.yaml")
+    tiny = load_sweep(CONF / "sweeps" / "tiny.yaml")
     assert {(c.kind, c.seed) for c in tiny.cells} == {
         ("federated", 0),
         ("federated", 1),
         ("centralised", 0),
         ("centralised", 1),
     }
-    ablations = [load_sweep(path) for path in (REPO / "conf" / "sweeps").glob("fedprox_*.yaml")]
+    ablations = [load_sweep(path) for path in (CONF / "sweeps").glob("fedprox_*.yaml")]
     assert {sweep.experiment.name for sweep in ablations} == {
         f"noniid_{name}.yaml"
         for name in ("balanced", "busy_region", "skewed_prices_carbon", "outages")
@@ -191,6 +196,7 @@ def test_shipped_sweeps_load() -> None:
         assert forms == {("fedavg", 0.0), ("shrink", 0.0), ("fedavg", 0.01)}
 
 
+@pytest.mark.slow
 def test_sweep_plots_as_png_and_svg_with_units(swept: Path, tmp_path: Path, capsys) -> None:
     sweep = load_sweep(swept)
     summarise_sweep(sweep)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 
 import pytest
+from conftest import SMALL_DEMO, TINY_WORLD
 
 from fedmc_flwr.cli import main
 from fedmc_flwr.config import ExperimentConfig, load_config
@@ -13,9 +14,8 @@ from fedmc_flwr.policies.heuristics import DISPATCHERS
 from fedmc_flwr.policies.ppo import PPOLearner
 from fedmc_flwr.results import COLUMNS, PER_SEED_COLUMNS, TIMING_COLUMNS, read_per_seed
 
-TINY = [
-    "world.regions=2",
-    "world.nodes_per_region=2",
+SHORT_TRAINING = [
+    *TINY_WORLD,
     "ppo.num_envs=4",
     "ppo.rollout_steps=16",
     "ppo.num_minibatches=2",
@@ -28,7 +28,7 @@ TINY = [
 
 
 def tiny(tmp_path, name: str = "tiny") -> ExperimentConfig:
-    return load_config("conf/small_demo.yaml", [*TINY, f"name={name}", f"results_dir={tmp_path}"])
+    return load_config(SMALL_DEMO, [*SHORT_TRAINING, f"name={name}", f"results_dir={tmp_path}"])
 
 
 def read(path) -> list[dict]:
@@ -117,7 +117,7 @@ def test_same_config_same_metrics_bit_for_bit(tmp_path) -> None:
 
 
 def test_cli_train_and_bad_mode(tmp_path, capsys) -> None:
-    overrides = [arg for item in [*TINY, "train.rounds=1"] for arg in ("--set", item)]
+    overrides = [arg for item in [*SHORT_TRAINING, "train.rounds=1"] for arg in ("--set", item)]
     code = main(["train", *overrides, "--set", f"results_dir={tmp_path}", "--mode", "local"])
     assert code == 0
     out = capsys.readouterr().out

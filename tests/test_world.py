@@ -136,6 +136,7 @@ def test_same_seed_same_trajectory_whatever_the_batch(small_demo: ExperimentConf
 
 
 @pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs two threads")
+@pytest.mark.slow
 def test_results_do_not_depend_on_the_thread_count(small_demo: ExperimentConfig) -> None:
     envs, steps = 256, 150
     world, ingress, seeds = _outage_batch(small_demo, envs)
