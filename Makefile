@@ -10,7 +10,7 @@ TORCH := torch==2.13.0+cpu
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 CONFIG ?= conf/small_demo.yaml
 
-.PHONY: setup lock placement demo test test-fast lint baselines train plots results report bench clean
+.PHONY: setup lock placement demo test test-fast lint baselines train plots results transfers report bench clean
 
 $(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
@@ -41,28 +41,48 @@ train: setup
 plots: setup
 	$(BIN)/fedmc plot results/small_demo/metrics.csv
 
-# The expected results (docs/results.md): every learner of small_demo over training seeds 0-4
-# (conf/sweeps/default.yaml), the node scorer federated and centralised over the same seeds
-# (conf/sweeps/node_scorer.yaml) and with declared job sizes, exact and noisy
-# (conf/sweeps/declared_size.yaml, declared_size_error.yaml),
-# gamma on validation worlds (conf/sweeps/horizon.yaml),
-# then FedAvg against both forms of FedProx on each non-IID setting
-# (conf/sweeps/fedprox_*.yaml, 3 seeds each). Finished cells are skipped, so an
-# interrupted `make results` continues; `make report` summarises without running anything.
-SWEEPS ?= default node_scorer declared_size declared_size_error horizon fedprox_balanced \
-	fedprox_busy_region fedprox_skewed_prices_carbon fedprox_outages
+# The expected results (docs/results.md, and the README's headline table): the two-tier
+# network's width and depth on validation worlds (conf/sweeps/two_tier_tuning.yaml), the
+# default learner federated, centralised and local-only over training seeds 0-4
+# (default.yaml), each seed's federated policy zero-shot on bigger estates (TRANSFERS),
+# the node scorer federated and centralised (node_scorer.yaml), and FedAvg against both
+# forms of FedProx on each non-IID setting (fedprox_*.yaml, 3 seeds each). Finished cells
+# are skipped, so an interrupted `make results` continues; `make report` summarises and
+# writes the docs again without running anything.
+SWEEPS ?= two_tier_tuning default node_scorer fedprox_balanced fedprox_busy_region \
+	fedprox_skewed_prices_carbon fedprox_outages
+TRANSFERS ?= 10x20 20x50
+SEEDS ?= 0 1 2 3 4
 # Two cells at once fill a 2-core machine (a federated cell leaves one core idle half of
 # each round); the cells' results do not depend on it.
 JOBS ?= 2
+RESULTS_DOC = $(BIN)/python -m fedmc_flwr.analysis.results_doc --sweeps $(SWEEPS) \
+	--transfers $(TRANSFERS) --readme README.md
 
 results: setup
 	for s in $(SWEEPS); do $(BIN)/fedmc sweep --config conf/sweeps/$$s.yaml --jobs $(JOBS) || exit 1; done
+	$(MAKE) transfers
 	$(BIN)/fedmc plot results/sweeps/default
+	$(RESULTS_DOC)
+
+# Each training seed's federated policy of the default sweep (round 5), unchanged, on
+# conf/transfer_<target>.yaml's held-out worlds beside every dispatcher there.
+transfers: setup
+	for t in $(TRANSFERS); do \
+	  out=results/transfers/transfer_$$t; \
+	  for s in $(SEEDS); do \
+	    $(BIN)/fedmc transfer --config conf/transfer_$$t.yaml --set results_dir=$$out \
+	      --checkpoint results/sweeps/default/ppo-fedavg-s$$s/checkpoints/round_005.npz || exit 1; \
+	  done; \
+	  $(BIN)/fedmc report $$out/transfer_$$t-transfer-ppo-fedavg-s* --baseline sed \
+	    --baseline myopic-expected --markdown > $$out/summary.md || exit 1; \
+	done
 
 report: setup
 	for s in $(SWEEPS); do \
 	  $(BIN)/fedmc sweep --config conf/sweeps/$$s.yaml --summary-only || exit 1; \
 	done
+	$(RESULTS_DOC)
 
 lint: setup
 	$(BIN)/ruff check .

@@ -8,8 +8,12 @@ without a summary says so and names the command that measures it. The README get
 headline sweep's tables between two markers, without the provenance line, which stays in
 docs/results.md (the one generated place for commits and dates).
 
-    python -m fedmc_flwr.analysis.results_doc [--sweeps default ...] [--out docs/results.md]
-        [--readme README.md]
+Zero-shot transfers (`make transfers`: each training seed's federated policy of the default
+sweep, unchanged, on a bigger estate) get a section each from their folder under
+`results/transfers/`, described by the target config's own leading comment.
+
+    python -m fedmc_flwr.analysis.results_doc [--sweeps default ...] [--transfers 10x20 ...]
+        [--out docs/results.md] [--readme README.md]
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from fedmc_flwr.experiments.sweep import load_sweep
 from fedmc_flwr.results import read_provenance
 
 SWEEPS_DIR = Path("conf/sweeps")
+TRANSFERS_DIR = Path("results/transfers")
 HEADLINE = "default"
 """The sweep whose tables the README shows."""
 BEGIN, END = "<!-- headline results: begin -->", "<!-- headline results: end -->"
@@ -39,21 +44,24 @@ judged"). Test worlds report; validation worlds (`eval.split=validation`) only t
 """
 
 
-def description(sweep_file: Path) -> tuple[str, str]:
-    """(title, text) from a sweep file's leading comment; its last sentence, the command
-    that runs it, is left out (the provenance line names it)."""
+def description(config_file: Path) -> tuple[str, str]:
+    """(title, text) from a sweep's or a config's leading comment; the command that runs
+    it, its last sentence, is left out (the provenance line names it)."""
     lines = []
-    for line in sweep_file.read_text().splitlines():
+    for line in config_file.read_text().splitlines():
         if not line.startswith("#"):
             break
         lines.append(line.lstrip("#").strip())
-    text = " ".join(lines).split(" `fedmc sweep")[0].strip()
+    text = " ".join(lines).split(" `fedmc ")[0].strip()
     title, _, rest = text.partition(": ") if ": " in text[:80] else ("", "", text)
-    return title or sweep_file.stem, rest or text
+    return title or config_file.stem, rest or text
 
 
 def provenance_line(out_dir: Path) -> str:
-    stamp = read_provenance(out_dir)
+    stamp = read_provenance(out_dir) or next(
+        (read_provenance(child) for child in sorted(out_dir.glob("*/")) if read_provenance(child)),
+        None,
+    )
     if stamp is None:
         return "*Provenance not recorded (cells run before sweeps recorded it).*"
     tree = "with local changes" if stamp.get("dirty") else "clean tree"
@@ -78,8 +86,27 @@ def section(name: str, sweeps_dir: Path = SWEEPS_DIR) -> str:
     return head + "\n\n".join(body) + "\n"
 
 
-def write_results(names: Sequence[str], out: Path, sweeps_dir: Path = SWEEPS_DIR) -> Path:
+def transfer_section(target: str, transfers_dir: Path = TRANSFERS_DIR) -> str:
+    """A zero-shot transfer's section: `results/transfers/transfer_<target>/summary.md`,
+    the `fedmc report` of its training seeds' folders."""
+    config = Path("conf") / f"transfer_{target}.yaml"
+    title, text = description(config)
+    head = f"## Zero-shot transfer to {target} (`{config}`)\n\n{title}: {text}\n\n"
+    folder = transfers_dir / f"transfer_{target}"
+    summary = folder / "summary.md"
+    if not summary.is_file():
+        return head + "Not measured yet: `make transfers` measures it.\n"
+    return head + provenance_line(folder) + "\n\n" + summary.read_text().strip() + "\n"
+
+
+def write_results(
+    names: Sequence[str],
+    out: Path,
+    sweeps_dir: Path = SWEEPS_DIR,
+    transfers: Sequence[str] = (),
+) -> Path:
     sections = [section(name, sweeps_dir) for name in names]
+    sections += [transfer_section(target) for target in transfers]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(INTRO + "\n" + "\n".join(sections))
     return out
@@ -105,11 +132,12 @@ def update_readme(readme: Path, sweeps_dir: Path = SWEEPS_DIR) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweeps", nargs="+", default=[HEADLINE])
+    parser.add_argument("--transfers", nargs="*", default=[])
     parser.add_argument("--out", type=Path, default=Path("docs/results.md"))
     parser.add_argument("--readme", type=Path, default=None)
     args = parser.parse_args(argv)
     try:
-        print(write_results(args.sweeps, args.out))
+        print(write_results(args.sweeps, args.out, transfers=args.transfers))
         if args.readme is not None:
             update_readme(args.readme)
             print(args.readme)

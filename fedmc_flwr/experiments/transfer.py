@@ -19,7 +19,7 @@ from fedmc_flwr.config import ConfigError, ExperimentConfig, load_config, to_yam
 from fedmc_flwr.evaluation import evaluate, evaluate_dispatchers, per_seed_rows, summary_rows
 from fedmc_flwr.policies.checkpoints import read_checkpoint, round_of, run_config
 from fedmc_flwr.policies.ppo import PPOLearner
-from fedmc_flwr.results import experiment_dir, per_seed_writer
+from fedmc_flwr.results import experiment_dir, per_seed_writer, record_provenance
 from fedmc_flwr.sim.signals import region_catalogue
 
 POLICY = "ppo-transfer"
@@ -62,6 +62,7 @@ def run_transfer(checkpoint: Path, target: ExperimentConfig) -> Path:
     policy = learner.policy(POLICY)
     out = experiment_dir(cfg.results_dir, f"{cfg.name}-transfer-{source.name}")
     (out / "config.yaml").write_text(to_yaml(cfg))
+    record_provenance(out, f"fedmc transfer --checkpoint {checkpoint} (target {cfg.name})")
     regions = range(cfg.world.regions)
     transferred = [evaluate(lambda sim: policy, cfg, r) for r in regions]
     dispatchers = evaluate_dispatchers(cfg)
