@@ -25,7 +25,7 @@ TINY = REPO / "tests" / "conf" / "tiny_federation.yaml"
 """The smallest federated experiment (2 regions x 2 nodes, short rounds): what the tests
 run through Flower."""
 TINY_HETERO = REPO / "tests" / "conf" / "tiny_hetero.yaml"
-"""TINY with three estates of different shapes (the node scorer federates them)."""
+"""TINY with three estates of different shapes (one two-tier network federates them)."""
 TINY_WORLD = ("world.regions=2", "world.nodes_per_region=2")
 """Overrides that shrink small_demo's estate to 2 regions x 2 nodes."""
 
