@@ -10,7 +10,6 @@ Ray's helpers included. The token file itself is checked without Flower.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import signal
@@ -27,16 +26,11 @@ import pytest
 from flower_runs import TINY, processes_with_env
 
 from fedmc_flwr.federation.superlink import RAY_ENV, flower_env
+from fedmc_flwr.hooks.prometheus import is_loopback
 
 GCS_PROBE = "/ray.rpc.NodeInfoGcsService/GetClusterId"
 """A GCS call any Ray client makes first; an empty request is valid."""
 REAP_WAIT_S = 20.0
-
-
-def _is_loopback(ip: str) -> bool:
-    address = ipaddress.ip_address(ip)
-    mapped = getattr(address, "ipv4_mapped", None)
-    return (mapped or address).is_loopback
 
 
 def _listening(pids: list[int]) -> dict[int, tuple[str, set[str]]]:
@@ -92,7 +86,7 @@ def test_a_run_listens_on_loopback_locks_ray_and_dies_whole(tmp_path: Path) -> N
                 f"{name} ({pid}): {port}"
                 for pid, (name, ports) in listening.items()
                 for port in ports
-                if not _is_loopback(port.rsplit(":", 1)[0])
+                if not is_loopback(port.rsplit(":", 1)[0])
             }
             assert not wide, f"listening beyond loopback: {sorted(wide)}"
 
