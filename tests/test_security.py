@@ -1,11 +1,12 @@
 """What a run exposes, and what it leaves behind when it is killed.
 
-One real `fedmc run` (the tiny federation, through Flower's simulation engine and Ray) is
-watched from outside while it trains: every socket any process of its family listens on
-must be loopback, and Ray's GCS must refuse a client that does not hold the run's token
-(and answer one that does, so the refusal is the token's doing). Then the runner is
-killed outright (SIGKILL): within a short wait no process of its family may be left,
-Ray's helpers included. The token file itself is checked without Flower.
+One real `fedmc run` (the tiny federation, through Flower's simulation engine and Ray) and
+one `fedmc deploy` (SuperLink and SuperNodes) are watched from outside while they train:
+every socket any process of the family listens on must be loopback, and Ray's GCS must
+refuse a client that does not hold the run's token (and answer one that does, so the
+refusal is the token's doing). Then the runner is killed outright (SIGKILL): within a
+short wait no process of its family may be left, Ray's helpers included. The token file
+itself is checked without Flower.
 """
 
 from __future__ import annotations
@@ -61,10 +62,22 @@ def _gcs_answer(port: int, token: str | None) -> grpc.StatusCode:
     return grpc.StatusCode.OK
 
 
-def test_a_run_listens_on_loopback_locks_ray_and_dies_whole(tmp_path: Path) -> None:
+ENGINES = {
+    "run": ([], {"gcs_server", "raylet", "flwr-simulation"}),
+    "deploy": (["--insecure", "--no-node-auth"], {"flower-supernod"}),
+}
+"""Subcommand -> its extra arguments, and (some of) the processes that must be seen
+listening, by name as the kernel shortens it."""
+
+
+@pytest.mark.parametrize("subcommand", sorted(ENGINES))
+def test_a_run_listens_on_loopback_locks_ray_and_dies_whole(
+    tmp_path: Path, subcommand: str
+) -> None:
     out = tmp_path / "tiny_federation"
-    command = [sys.executable, "-m", "fedmc_flwr.cli", "run", "--config", str(TINY)]
-    command += ["--set", f"results_dir={tmp_path}", "--set", "train.rounds=6"]
+    extra, listeners = ENGINES[subcommand]
+    command = [sys.executable, "-m", "fedmc_flwr.cli", subcommand, "--config", str(TINY)]
+    command += ["--set", f"results_dir={tmp_path}", "--set", "train.rounds=6", *extra]
     with tempfile.TemporaryDirectory(dir="/tmp") as short:  # Ray's socket paths are short
         marker = f"TMPDIR={short}"
         runner = subprocess.Popen(command, env={**os.environ, "TMPDIR": short})
@@ -80,7 +93,7 @@ def test_a_run_listens_on_loopback_locks_ray_and_dies_whole(tmp_path: Path) -> N
                 time.sleep(0.5)
             assert runner.poll() is None, "the run ended before it could be watched"
             names = {name for name, ports in listening.values() if ports}
-            assert {"gcs_server", "raylet", "flwr-simulation"} <= names, names
+            assert listeners <= names, names
             assert any(name.startswith("flower-superl") for name in names), names
             wide = {
                 f"{name} ({pid}): {port}"
@@ -90,17 +103,8 @@ def test_a_run_listens_on_loopback_locks_ray_and_dies_whole(tmp_path: Path) -> N
             }
             assert not wide, f"listening beyond loopback: {sorted(wide)}"
 
-            gcs = next(pid for pid, (name, _) in listening.items() if name == "gcs_server")
-            environ = psutil.Process(gcs).environ()
-            token = Path(environ["RAY_AUTH_TOKEN_PATH"]).read_text().strip()
-            for port in {int(p.rsplit(":", 1)[1]) for p in listening[gcs][1]}:
-                assert _gcs_answer(port, None) == grpc.StatusCode.UNAUTHENTICATED
-                assert _gcs_answer(port, "0" * len(token)) == grpc.StatusCode.UNAUTHENTICATED
-                assert _gcs_answer(port, token) == grpc.StatusCode.OK
-
-            family = processes_with_env(marker)
-            helpers = {psutil.Process(p).name() for p in family if psutil.pid_exists(p)}
-            assert any(name.startswith("ray::") for name in helpers), helpers
+            if subcommand == "run":
+                _check_ray_refuses_strangers(listening)
         finally:
             runner.send_signal(signal.SIGKILL)
             runner.wait()
@@ -119,6 +123,24 @@ def test_a_run_listens_on_loopback_locks_ray_and_dies_whole(tmp_path: Path) -> N
                 continue
             os.kill(pid, signal.SIGKILL)  # do not leave them to the rest of the suite
         assert not survivors, f"alive {REAP_WAIT_S:g} s after the runner's SIGKILL: {survivors}"
+
+
+def _check_ray_refuses_strangers(listening: dict[int, tuple[str, set[str]]]) -> None:
+    """Ray's GCS answers only the run's token; Ray's helpers were up to be seen."""
+    gcs = next(pid for pid, (name, _) in listening.items() if name == "gcs_server")
+    environ = psutil.Process(gcs).environ()
+    token = Path(environ["RAY_AUTH_TOKEN_PATH"]).read_text().strip()
+    for port in {int(p.rsplit(":", 1)[1]) for p in listening[gcs][1]}:
+        assert _gcs_answer(port, None) == grpc.StatusCode.UNAUTHENTICATED
+        assert _gcs_answer(port, "0" * len(token)) == grpc.StatusCode.UNAUTHENTICATED
+        assert _gcs_answer(port, token) == grpc.StatusCode.OK
+    commands = []
+    for pid in listening:
+        try:
+            commands.append(" ".join(psutil.Process(pid).cmdline()))
+        except psutil.Error:
+            continue
+    assert any("ray::" in c or "dashboard/agent" in c for c in commands), commands
 
 
 def test_each_run_gets_a_fresh_private_ray_token(
