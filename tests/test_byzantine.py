@@ -5,11 +5,13 @@ one region's claimed moments (a huge count, a variance of 0) cannot ruin."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from flwr.common import Code, FitRes, Status, ndarrays_to_parameters
 
-from fedmc_flwr.config import FaultConfig, FederationConfig
+from fedmc_flwr.config import ConfigError, FaultConfig, FederationConfig, load_config
 from fedmc_flwr.evaluation import EvalResult
 from fedmc_flwr.federation import faults, wire
 from fedmc_flwr.federation.aggregation import (
@@ -229,3 +231,13 @@ def test_breakdown_points_stated_in_the_docs_hold_for_colluders() -> None:
             deltas[k] = -10 * deltas[0]
         chosen, _ = multi_krum(np.stack(deltas), f)
         assert set(chosen).isdisjoint(hostile), (n, f, chosen)
+
+
+def test_multi_krum_needs_two_more_regions_than_it_assumes_hostile() -> None:
+    small_demo = Path(__file__).resolve().parents[1] / "conf" / "small_demo.yaml"
+    cfg = load_config(small_demo, ["federation.aggregation=multi-krum"])
+    assert cfg.federation.byzantine == 1
+    with pytest.raises(ConfigError, match=r"federation\.byzantine = 2 .* expected at most 1"):
+        load_config(small_demo, ["federation.aggregation=multi-krum", "federation.byzantine=2"])
+    for kind in ("sign-flip", "free-rider", "statistics"):
+        load_config(small_demo, [f"faults=[{{kind: {kind}, region: 1, round: 1}}]"])
