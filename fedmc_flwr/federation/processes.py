@@ -190,13 +190,17 @@ def reap(registry: Path) -> int:
     since the run's last look (children and session members of members); how many.
 
     Unlike `stop_stale`, this runs the moment the run dies, as its guard, so the family's
-    newest members (a Ray helper started after the run's last refresh) are found too."""
+    newest members (a Ray helper started after the run's last refresh) are found too,
+    through the members' PIDs and session ids, which nobody else can hold this soon;
+    `stop_stale`, perhaps hours later, signals only the members it knows."""
     try:
         saved = json.loads(registry.read_text())["family"]
-        family = FlowerProcesses()
-        family.family = {int(pid): float(t) for pid, t in saved.items()}
+        members = {int(pid): float(t) for pid, t in saved.items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return 0
+    family = FlowerProcesses()
+    # dead members stay: their session ids still mark their descendants, now init's
+    family.family = members
     me = os.getpid()
 
     def refresh() -> None:
