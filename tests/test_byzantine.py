@@ -169,6 +169,8 @@ def test_capped_counts_leave_honest_regions_exact_and_bound_a_huge_claim() -> No
     claimed = honest.copy()
     claimed[1] *= 1e6
     np.testing.assert_array_equal(capped_counts(claimed, steps), honest)
+    # two regions left (Multi-Krum kept two of three): the claim must not lift the cap
+    np.testing.assert_array_equal(capped_counts(claimed[:2], steps[:2]), honest[:2])
 
 
 def test_one_regions_moments_cannot_ruin_the_pooled_normaliser() -> None:

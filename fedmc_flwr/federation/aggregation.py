@@ -16,8 +16,9 @@ weights from the rest:
 3. shrinks the result toward the previous global weights for strategy 'shrink';
 4. pools the running observation and return moments: the global moments plus each
    region's moments of this round, between-region spread included (`policies/moments.py`),
-   each region's sample count capped at what the round's median region reports per
-   environment step (`capped_counts`), so one region's claim cannot outweigh the others.
+   each region's sample count capped at what the round's (lower) median region reports
+   per environment step (`capped_counts`), so one region's claim cannot outweigh the
+   others.
 
 Sums run in float64 and every array keeps its own dtype (float32 network weights, float64
 moments), so one round's result does not depend on how many virtual clients served the
@@ -256,12 +257,15 @@ def shrink(average: Sequence[np.ndarray], previous: Sequence[np.ndarray], mu: fl
 
 
 def capped_counts(counts: np.ndarray, steps: np.ndarray) -> np.ndarray:
-    """Each region's sample count capped at its environment steps times the round's median
-    count per step. Honest regions of one federation see about as many samples per step
-    (one per step for returns, one per node for observations), so they keep their counts
-    and pool exactly; a region that claims a huge count weighs as much as a median one."""
+    """Each region's sample count capped at its environment steps times the round's lower
+    median count per step. Honest regions of one federation see about as many samples per
+    step (one per step for returns, one per node for observations), so they keep their
+    counts and pool exactly; a region that claims a huge count weighs as much as a median
+    one. The lower median (of an even number, the lower middle value) because the plain
+    median of two regions is their mean, which one huge claim lifts as far as it likes."""
     counts, steps = np.asarray(counts, np.float64), np.asarray(steps, np.float64)
-    return np.minimum(counts, steps * float(np.median(counts / steps)))
+    per_step = np.sort(counts / steps)
+    return np.minimum(counts, steps * float(per_step[(len(per_step) - 1) // 2]))
 
 
 def pool_statistics(
