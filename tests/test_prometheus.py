@@ -314,7 +314,7 @@ def test_fedmc_run_passes_metrics_addr_to_the_exporter(tmp_path, monkeypatch) ->
         seen.append((port, addr))
         yield None
 
-    monkeypatch.setattr("fedmc_flwr.hooks.prometheus.exporting", exporting_spy)
+    monkeypatch.setattr("fedmc_flwr.integrations.prometheus.exporting", exporting_spy)
     monkeypatch.setattr("fedmc_flwr.federation.runner.run_federation", lambda *a, **k: 0)
     argv = ["run", "--set", f"results_dir={tmp_path}", "--metrics-port", "9"]
     assert main(argv) == 0 and main([*argv, "--metrics-addr", "0.0.0.0"]) == 0

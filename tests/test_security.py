@@ -27,7 +27,7 @@ import pytest
 from flower_runs import TINY, processes_with_env
 
 from fedmc_flwr.federation.superlink import RAY_ENV, flower_env
-from fedmc_flwr.hooks.prometheus import is_loopback
+from fedmc_flwr.integrations.prometheus import is_loopback
 
 GCS_PROBE = "/ray.rpc.NodeInfoGcsService/GetClusterId"
 """A GCS call any Ray client makes first; an empty request is valid."""
