@@ -46,6 +46,12 @@ def _add_run_args(parser: argparse.ArgumentParser) -> None:
         "--overwrite", action="store_true", help="replace the results of an earlier run"
     )
     parser.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics")
+    parser.add_argument(
+        "--metrics-addr",
+        default="127.0.0.1",
+        help="address the metrics exporter listens on (default 127.0.0.1; 0.0.0.0 opens it "
+        "to the network)",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -147,7 +153,8 @@ def _naming(path: Path, exc: Exception) -> str:
 
 def _run(args: argparse.Namespace) -> int:
     """`fedmc run` and `fedmc deploy`: a bad config fails fast, before Flower starts;
-    `--metrics-port` serves the run's rows to Prometheus while it goes."""
+    `--metrics-port` serves the run's rows to Prometheus while it goes, on loopback unless
+    `--metrics-addr` says otherwise."""
     cfg = _config(args)
     from fedmc_flwr.federation.deployment import DeploymentEngine
     from fedmc_flwr.federation.runner import run_federation
@@ -161,7 +168,8 @@ def _run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--nodes {nodes}: give 1 to {cfg.world.regions} (world.regions)")
         engine = DeploymentEngine(nodes, tls=not args.insecure, node_auth=not args.no_node_auth)
     on_existing = "resume" if args.resume else "overwrite" if args.overwrite else "refuse"
-    with exporting(experiment_path(cfg.results_dir, cfg.name), args.metrics_port):
+    out = experiment_path(cfg.results_dir, cfg.name)
+    with exporting(out, args.metrics_port, args.metrics_addr):
         return run_federation(
             Path(args.config), args.overrides, on_existing=on_existing, engine=engine
         )

@@ -223,8 +223,13 @@ class FederationConfig:
     aggregation: str = "mean"
     """How the regions' networks are combined: 'mean' (weighted by environment steps),
     'trimmed-mean' (per coordinate, the `trim_fraction` largest and smallest values of the
-    regions dropped first) or 'median' (per coordinate). The last two bound what one broken
-    or hostile region can do to the global model; statistics are always pooled exactly."""
+    regions dropped first), 'median' (per coordinate) or 'multi-krum' (free riders and the
+    `byzantine` updates farthest from the others turned away as `failed` rows, the mean of
+    the rest; docs/security.md). The last three bound what a broken or hostile minority can
+    do to the global model; statistics are pooled with each region's count capped."""
+    byzantine: int = 1
+    """Hostile regions 'multi-krum' assumes per round: it keeps the regions - byzantine
+    updates with the lowest Krum scores (needs regions >= byzantine + 2)."""
     trim_fraction: float = 0.2
     """Share of regions cut at each end per coordinate by 'trimmed-mean' (at least one
     region must be cut: trim_fraction * regions >= 1)."""
@@ -269,12 +274,25 @@ class FaultConfig:
     kind: str = "raise"
     """'raise' (the client fails), 'hang' (it replies only after the round timeout), 'nan'
     (a NaN in its weights), 'shape' (a weight array of the wrong shape), 'examples' (an
-    absurd environment-step count) or 'scale' (its update multiplied by `scale`)."""
+    absurd environment-step count), 'scale' (its update multiplied by `scale`),
+    'sign-flip' (its update multiplied by -|scale|), 'free-rider' (it sends the round's
+    global weights back as its own) or 'statistics' (its moments claim a million times
+    their sample count and a variance of 0)."""
     scale: float = 1000.0
-    """Factor on the region's update for kind 'scale'."""
+    """Factor on the region's update for kinds 'scale' and 'sign-flip'."""
 
 
-FAULT_KINDS = ("raise", "hang", "nan", "shape", "examples", "scale")
+FAULT_KINDS = (
+    "raise",
+    "hang",
+    "nan",
+    "shape",
+    "examples",
+    "scale",
+    "sign-flip",
+    "free-rider",
+    "statistics",
+)
 
 
 @dataclass
@@ -377,9 +395,10 @@ _RANGES: dict[str, _Check] = {
     "federation.proximal_mu": (_non_negative, "a number >= 0"),
     "federation.aggregation": (
         lambda v: v in AGGREGATIONS,
-        "'mean', 'trimmed-mean' or 'median'",
+        "'mean', 'trimmed-mean', 'median' or 'multi-krum'",
     ),
     "federation.trim_fraction": (lambda v: 0 < v < 0.5, "a number in (0, 0.5)"),
+    "federation.byzantine": (lambda v: v >= 0, "an integer >= 0"),
     "federation.clip": (_non_negative, "a number >= 0 (0 turns clipping off)"),
     "federation.min_regions": (lambda v: v >= 1, "an integer >= 1"),
     "federation.round_timeout_s": (_positive, "a number of seconds > 0"),
@@ -393,7 +412,7 @@ _RANGES: dict[str, _Check] = {
 }
 
 
-AGGREGATIONS = ("mean", "trimmed-mean", "median")
+AGGREGATIONS = ("mean", "trimmed-mean", "median", "multi-krum")
 
 MAX_NODES = 16_384
 """Most nodes an estate may have (world.regions x world.nodes_per_region)."""
@@ -461,6 +480,11 @@ def _check_federation(cfg: DictConfig, source: str) -> None:
         raise ConfigError(
             f"{source}: federation.trim_fraction = {federation.trim_fraction} trims no region "
             f"of {regions}; expected at least {1 / regions:.3g} (or aggregation 'median')"
+        )
+    if federation.aggregation == "multi-krum" and federation.byzantine + 2 > regions:
+        raise ConfigError(
+            f"{source}: federation.byzantine = {federation.byzantine} is not allowed with "
+            f"aggregation 'multi-krum' and {regions} regions; expected at most {regions - 2}"
         )
     for k, fault in enumerate(cfg.faults):
         where = f"{source}: faults[{k}]"

@@ -8,10 +8,12 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import numpy as np
+import psutil
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 from services import Service, free_port, require_binary
@@ -22,6 +24,8 @@ from fedmc_flwr.integrations.config import PrometheusHook
 from fedmc_flwr.integrations.prometheus import (
     PrometheusAdapter,
     RunExporter,
+    exporting,
+    is_loopback,
     observed_signals,
     start_exporter,
 )
@@ -277,3 +281,41 @@ def test_fedmc_run_serves_the_run_while_it_goes(tmp_path, monkeypatch) -> None:
     assert 'fedmc_round{experiment="demo"} 2.0' in seen[0]
     with pytest.raises(httpx.ConnectError):  # stopped with the run
         httpx.get(f"http://127.0.0.1:{port}/metrics")
+
+
+def _listening_on(port: int) -> set[str]:
+    """The addresses this process listens on at `port`."""
+    return {
+        c.laddr.ip
+        for c in psutil.Process().net_connections(kind="inet")
+        if c.status == psutil.CONN_LISTEN and c.laddr.port == port
+    }
+
+
+def test_exporter_listens_on_loopback_unless_asked_and_says_so(tmp_path, caplog) -> None:
+    with caplog.at_level(logging.WARNING, logger="fedmc.hooks"):
+        port = free_port()
+        with exporting(tmp_path, port) as exporter:
+            assert exporter is not None and _listening_on(port) == {"127.0.0.1"}
+        assert not caplog.records
+        port = free_port()
+        with exporting(tmp_path, port, "0.0.0.0") as exporter:
+            assert exporter is not None and _listening_on(port) == {"0.0.0.0"}
+    assert len(caplog.records) == 1 and "open to the network" in caplog.text
+    assert is_loopback("::ffff:127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("::") and not is_loopback("example")
+
+
+def test_fedmc_run_passes_metrics_addr_to_the_exporter(tmp_path, monkeypatch) -> None:
+    seen: list[tuple[int | None, str]] = []
+
+    @contextmanager
+    def exporting_spy(run_dir: Path, port: int | None, addr: str) -> Iterator[None]:
+        seen.append((port, addr))
+        yield None
+
+    monkeypatch.setattr("fedmc_flwr.integrations.prometheus.exporting", exporting_spy)
+    monkeypatch.setattr("fedmc_flwr.federation.runner.run_federation", lambda *a, **k: 0)
+    argv = ["run", "--set", f"results_dir={tmp_path}", "--metrics-port", "9"]
+    assert main(argv) == 0 and main([*argv, "--metrics-addr", "0.0.0.0"]) == 0
+    assert seen == [(9, "127.0.0.1"), (9, "0.0.0.0")]

@@ -1,19 +1,24 @@
 """How the server combines the regions' weights: plain numpy, testable without Flower.
 
 `check_update` rejects malformed updates, `by_region` fixes the order of the survivors
-(float sums depend on order; replies arrive in any order), and `aggregate` builds the next
-global weights from the healthy updates:
+(float sums depend on order; replies arrive in any order), `screen` turns away the
+well-formed updates that must not count (impossible statistics; for 'multi-krum' free
+riders and the updates farthest from the others), and `aggregate` builds the next global
+weights from the rest:
 
 1. optionally clips each region's update (its change of the network weights this round)
    to `federation.clip` times the round's median update norm, so one region cannot drag
    the model by the size of its step;
 2. combines the networks per `federation.aggregation`: the mean weighted by environment
-   steps (FedAvg), or per coordinate the trimmed mean or the median of the regions
-   (unweighted, as in Yin et al. 2018), which a minority of broken or hostile regions
-   cannot move arbitrarily far;
+   steps (FedAvg, also over the updates Multi-Krum kept), or per coordinate the trimmed
+   mean or the median of the regions (unweighted, as in Yin et al. 2018), which a minority
+   of broken or hostile regions cannot move arbitrarily far;
 3. shrinks the result toward the previous global weights for strategy 'shrink';
-4. pools the running observation and return moments exactly: the global moments plus each
-   region's moments of this round, between-region spread included (`policies/moments.py`).
+4. pools the running observation and return moments: the global moments plus each
+   region's moments of this round, between-region spread included (`policies/moments.py`),
+   each region's sample count capped at what the round's (lower) median region reports
+   per environment step (`capped_counts`), so one region's claim cannot outweigh the
+   others.
 
 Sums run in float64 and every array keeps its own dtype (float32 network weights, float64
 moments), so one round's result does not depend on how many virtual clients served the
@@ -34,6 +39,12 @@ from fedmc_flwr.config import FederationConfig
 from fedmc_flwr.policies.moments import MOMENT_ARRAYS, Moments, pool
 
 Weights = list[np.ndarray]
+
+FREE_RIDER_SHARE = 1e-3
+"""Under 'multi-krum', an update whose norm is at most this share of the round's median
+update norm is a free rider's: the global weights sent back (perhaps with a little noise)
+as if trained. Multi-Krum alone would favour it: an update of 0 sits nearest to every
+other (honest updates point in many directions), so it would be kept first."""
 
 
 @dataclass
@@ -109,24 +120,130 @@ def coordinatewise(updates: Sequence[Sequence[np.ndarray]], how: str, trim: floa
     return out
 
 
+def deltas(
+    networks: Sequence[Sequence[np.ndarray]], previous: Sequence[np.ndarray]
+) -> list[Weights]:
+    """Each network's update: its change from `previous`, array by array, in float64."""
+    base = [np.asarray(p, dtype=np.float64) for p in previous]
+    return [[np.asarray(a, np.float64) - b for a, b in zip(n, base, strict=True)] for n in networks]
+
+
+def norms(updates: Sequence[Sequence[np.ndarray]]) -> np.ndarray:
+    """The L2 norm of each update over all its arrays."""
+    return np.array([np.sqrt(sum(float(np.sum(d * d)) for d in u)) for u in updates])
+
+
 def clip_to_median(
     networks: Sequence[Sequence[np.ndarray]], previous: Sequence[np.ndarray], factor: float
 ) -> list[Weights]:
     """Each network moved back toward `previous` so that its update's L2 norm (over all
     arrays) is at most `factor` times the median of the updates' norms."""
+    moves = deltas(networks, previous)
+    sizes = norms(moves)
+    limit = factor * float(np.median(sizes))
     base = [np.asarray(p, dtype=np.float64) for p in previous]
-    deltas = [
-        [np.asarray(a, np.float64) - b for a, b in zip(n, base, strict=True)] for n in networks
-    ]
-    norms = np.array([np.sqrt(sum(float(np.sum(d * d)) for d in delta)) for delta in deltas])
-    limit = factor * float(np.median(norms))
     out = []
-    for delta, norm, network in zip(deltas, norms, networks, strict=True):
+    for delta, norm, network in zip(moves, sizes, networks, strict=True):
         scale = 1.0 if norm <= limit else limit / norm
         out.append(
             [(b + scale * d).astype(a.dtype) for a, b, d in zip(network, base, delta, strict=True)]
         )
     return out
+
+
+def free_riders(sizes: np.ndarray) -> list[int]:
+    """Indices of the updates whose norm is at most FREE_RIDER_SHARE of the median norm
+    (none when the median itself is 0: then nobody moved and nobody can be told apart)."""
+    median = float(np.median(sizes))
+    return [k for k, size in enumerate(sizes) if median > 0 and size <= FREE_RIDER_SHARE * median]
+
+
+def krum_scores(flat: np.ndarray, byzantine: int) -> np.ndarray:
+    """Krum's score of each row of `flat` (one flattened update per region; Blanchard et
+    al. 2017): the sum of its squared distances to its `n - byzantine - 2` nearest other
+    rows (at least 1). A hostile update far from the honest ones scores high as long as
+    the honest updates are the majority that stand close together."""
+    n = len(flat)
+    if n < 2:
+        return np.zeros(n)
+    squared = np.sum(flat * flat, axis=1)
+    distances = np.maximum(squared[:, None] + squared[None, :] - 2.0 * flat @ flat.T, 0.0)
+    np.fill_diagonal(distances, np.inf)
+    nearest = min(max(1, n - byzantine - 2), n - 1)
+    return np.sort(distances, axis=1)[:, :nearest].sum(axis=1)
+
+
+def multi_krum(flat: np.ndarray, byzantine: int) -> tuple[list[int], np.ndarray]:
+    """Multi-Krum's choice: the `n - byzantine` rows (at least 1) with the lowest Krum
+    scores, in row order, and every row's score. Ties go to the lower row index."""
+    scores = krum_scores(flat, byzantine)
+    keep = max(1, len(flat) - byzantine)
+    chosen = np.argsort(scores, kind="stable")[:keep]
+    return sorted(int(k) for k in chosen), scores
+
+
+def check_statistics(arrays: Sequence[np.ndarray]) -> str | None:
+    """Why running moments (`[count, mean, var]` groups) cannot be pooled, or None."""
+    for k in range(0, len(arrays), MOMENT_ARRAYS):
+        count, _, var = arrays[k : k + MOMENT_ARRAYS]
+        if np.any(np.asarray(count) < 0):
+            return f"statistics group {k // MOMENT_ARRAYS} has a negative count"
+        if np.any(np.asarray(var) < 0):
+            return f"statistics group {k // MOMENT_ARRAYS} has a negative variance"
+    return None
+
+
+def screen(
+    updates: Sequence[RegionUpdate],
+    previous: Sequence[np.ndarray],
+    federation: FederationConfig,
+    statistics: int,
+) -> tuple[list[RegionUpdate], dict[int, str]]:
+    """The updates that may count this round, in region order, and why each other was
+    turned away.
+
+    Statistics with a negative count or variance are always turned away. Under
+    'multi-krum' free riders go next (`free_riders`; each counts as one of the
+    `federation.byzantine` hostile regions), then Multi-Krum keeps the updates nearest to
+    the others (`multi_krum`, on the networks' updates only, for the hostile regions not
+    yet found); a turned-away region's moments are not pooled either.
+    """
+    cut = len(previous) - statistics * MOMENT_ARRAYS
+    kept: list[RegionUpdate] = []
+    rejected: dict[int, str] = {}
+    for update in by_region(updates):
+        problem = check_statistics(update.weights[cut:])
+        if problem is None:
+            kept.append(update)
+        else:
+            rejected[update.region] = f"rejected update: {problem}"
+    if federation.aggregation != "multi-krum" or not kept:
+        return kept, rejected
+    moves = deltas([u.weights[:cut] for u in kept], previous[:cut])
+    sizes = norms(moves)
+    riders = free_riders(sizes)
+    median = float(np.median(sizes))
+    for k in riders:
+        rejected[kept[k].region] = (
+            f"free rider: update norm {sizes[k]:.3g}, at most {FREE_RIDER_SHARE:g} x the "
+            f"round's median {median:.3g} (the global weights sent back)"
+        )
+    moves = [m for k, m in enumerate(moves) if k not in riders]
+    kept = [u for k, u in enumerate(kept) if k not in riders]
+    if not kept:
+        return kept, dict(sorted(rejected.items()))
+    flat = np.stack([np.concatenate([d.ravel() for d in move]) for move in moves])
+    byzantine = max(0, federation.byzantine - len(riders))  # riders count as the hostile
+    chosen, scores = multi_krum(flat, byzantine)
+    worst_kept = float(max(scores[chosen]))
+    for k, update in enumerate(kept):
+        if k not in chosen:
+            rejected[update.region] = (
+                f"multi-krum: score {scores[k]:.3g} above the {len(chosen)} kept of "
+                f"{len(kept)} (highest kept {worst_kept:.3g}, federation.byzantine "
+                f"{federation.byzantine}, free riders {len(riders)})"
+            )
+    return [kept[k] for k in chosen], dict(sorted(rejected.items()))
 
 
 def shrink(average: Sequence[np.ndarray], previous: Sequence[np.ndarray], mu: float) -> Weights:
@@ -139,16 +256,32 @@ def shrink(average: Sequence[np.ndarray], previous: Sequence[np.ndarray], mu: fl
     ]
 
 
+def capped_counts(counts: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """Each region's sample count capped at its environment steps times the round's lower
+    median count per step. Honest regions of one federation see about as many samples per
+    step (one per step for returns, one per node for observations), so they keep their
+    counts and pool exactly; a region that claims a huge count weighs as much as a median
+    one. The lower median (of an even number, the lower middle value) because the plain
+    median of two regions is their mean, which one huge claim lifts as far as it likes."""
+    counts, steps = np.asarray(counts, np.float64), np.asarray(steps, np.float64)
+    per_step = np.sort(counts / steps)
+    return np.minimum(counts, steps * float(per_step[(len(per_step) - 1) // 2]))
+
+
 def pool_statistics(
-    previous: Sequence[np.ndarray], fresh: Sequence[Sequence[np.ndarray]]
+    previous: Sequence[np.ndarray],
+    fresh: Sequence[Sequence[np.ndarray]],
+    steps: Sequence[int],
 ) -> Weights:
     """Running moments (`[count, mean, var]` groups) pooled: the global ones plus what each
-    region saw this round, with the between-region spread (never a plain average)."""
+    region saw this round in `steps` environment steps, with the between-region spread
+    (never a plain average) and each count capped (`capped_counts`)."""
     out: Weights = []
     for k in range(0, len(previous), MOMENT_ARRAYS):
-        parts = [Moments.from_arrays(previous[k : k + MOMENT_ARRAYS])]
-        parts += [Moments.from_arrays(f[k : k + MOMENT_ARRAYS]) for f in fresh]
-        out += pool(parts).arrays()
+        parts = [Moments.from_arrays(f[k : k + MOMENT_ARRAYS]) for f in fresh]
+        counts = capped_counts(np.array([p.count for p in parts]), np.asarray(steps))
+        capped = [Moments(c, p.mean, p.var) for c, p in zip(counts, parts, strict=True)]
+        out += pool([Moments.from_arrays(previous[k : k + MOMENT_ARRAYS]), *capped]).arrays()
     return out
 
 
@@ -158,7 +291,8 @@ def aggregate(
     federation: FederationConfig,
     statistics: int,
 ) -> Weights:
-    """The next global weights from healthy updates (see the module docstring).
+    """The next global weights from healthy updates (see the module docstring); for
+    'multi-krum' from those `screen` kept, whose mean it is.
 
     The last `statistics` groups of `MOMENT_ARRAYS` arrays are running moments, pooled;
     the arrays before them are the network, combined (and shrunk for 'shrink').
@@ -170,10 +304,11 @@ def aggregate(
     networks: Sequence[Sequence[np.ndarray]] = [u.weights[:cut] for u in ordered]
     if federation.clip > 0:
         networks = clip_to_median(networks, previous[:cut], federation.clip)
-    if federation.aggregation == "mean":
-        combined = weighted_mean(networks, [u.num_examples for u in ordered])
+    steps = [u.num_examples for u in ordered]
+    if federation.aggregation in ("mean", "multi-krum"):
+        combined = weighted_mean(networks, steps)
     else:
         combined = coordinatewise(networks, federation.aggregation, federation.trim_fraction)
     if federation.strategy == "shrink":
         combined = shrink(combined, previous[:cut], federation.mu)
-    return combined + pool_statistics(previous[cut:], [u.weights[cut:] for u in ordered])
+    return combined + pool_statistics(previous[cut:], [u.weights[cut:] for u in ordered], steps)

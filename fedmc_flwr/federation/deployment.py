@@ -68,6 +68,8 @@ def start_supernode(
         *security,
         "--superlink",
         connection.address,
+        "--host",
+        "127.0.0.1",  # its Runtime API serves this node's own ClientApps only
         "--port",
         str(free_port()),
         "--node-config",

@@ -2,9 +2,13 @@
 
 Each kind imitates something real federations meet: a crashed client (`raise`), a node
 that stalls past the round timeout (`hang`), a diverged learner (`nan`), a client on
-another model version (`shape`), a client that lies about its data (`examples`) and a
-poisoned or exploding update (`scale`). The server never sees the config's fault list as
-such: it only sees the reply, exactly as it would from a broken client.
+another model version (`shape`), a client that lies about its data (`examples`), a
+poisoned or exploding update (`scale`), an attacker that pushes against the others
+(`sign-flip`: its update reversed and multiplied by `scale`), a free rider that trains
+nothing and sends the round's global weights back (`free-rider`) and one that poisons the
+pooled normalisers with a huge sample count and a variance of 0 (`statistics`). The
+server never sees the config's fault list as such: it only sees the reply, exactly as it
+would from a broken or hostile client.
 """
 
 from __future__ import annotations
@@ -14,12 +18,15 @@ import time
 import numpy as np
 
 from fedmc_flwr.config import ExperimentConfig, FaultConfig
+from fedmc_flwr.policies.moments import MOMENT_ARRAYS
 
 Weights = list[np.ndarray]
 HANG_MARGIN_S = 5.0
 """How far past the round timeout a hanging client replies."""
 ABSURD_STEPS = 10**15
 """The environment-step count an `examples` fault claims."""
+POISON_COUNT_FACTOR = 1e6
+"""How many times its true sample count a `statistics` fault claims for its moments."""
 
 
 class InjectedFault(RuntimeError):
@@ -55,8 +62,15 @@ def corrupt(
         update[0] = update[0][:-1]
     elif fault.kind == "examples":
         steps = ABSURD_STEPS
-    elif fault.kind == "scale":
+    elif fault.kind in ("scale", "sign-flip"):
+        factor = fault.scale if fault.kind == "scale" else -abs(fault.scale)
         for k in range(network_arrays):
             delta = update[k].astype(np.float64) - start[k]
-            update[k] = (start[k] + fault.scale * delta).astype(update[k].dtype)
+            update[k] = (start[k] + factor * delta).astype(update[k].dtype)
+    elif fault.kind == "free-rider":
+        update = [np.array(a, copy=True) for a in start]
+    elif fault.kind == "statistics":
+        for k in range(network_arrays, len(update), MOMENT_ARRAYS):
+            update[k] = update[k] * POISON_COUNT_FACTOR
+            update[k + 2] = np.zeros_like(update[k + 2])
     return update, steps

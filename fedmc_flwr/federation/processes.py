@@ -2,8 +2,11 @@
 
 psutil reads the process table portably; a member is known by its PID and its start time,
 so a recycled PID is never signalled. On Linux every process a run starts directly is
-told to stop when the run's own process dies (`PR_SET_PDEATHSIG`), even by SIGKILL: the
-SuperLink going down takes SuperExec, the simulation and Ray with it within seconds.
+told to stop when the run's own process dies (`PR_SET_PDEATHSIG`), even by SIGKILL. That
+reaches only direct children: Ray's helpers (its DashboardAgent and RuntimeEnvAgent,
+children of a raylet) were adopted by init and lived on. So a run also starts a guard
+(`FlowerProcesses.guard`), a small process of its own that the same signal wakes when
+the run dies, and that stops the whole family, grandchildren included.
 """
 
 from __future__ import annotations
@@ -96,6 +99,17 @@ class FlowerProcesses:
         """Family members still running (same PID and same start time)."""
         return _alive(self.family)
 
+    def guard(self) -> subprocess.Popen:
+        """Start the guard that stops this family if this process dies without cleaning up
+        (SIGKILL, an out-of-memory kill); see `guard_main`. Needs a registry."""
+        if self.registry is None:
+            raise ValueError("a guard reads the family from the registry; none was given")
+        package_root = str(Path(__file__).resolve().parents[2])
+        path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
+        command = [sys.executable, "-m", __name__, str(self.registry), owner_token()]
+        env = {**os.environ, "PYTHONPATH": path}
+        return self.start(command, env=env, stdin=subprocess.DEVNULL)
+
     def stop(self) -> None:
         """SIGTERM to the whole family, SIGKILL to what is left after a grace period."""
         self.refresh()
@@ -169,3 +183,58 @@ def _signal(pids: list[int], sig: signal.Signals) -> None:
     for pid in pids:
         with suppress(ProcessLookupError):
             os.kill(pid, sig)
+
+
+def reap(registry: Path) -> int:
+    """Stop the family a dead run wrote to `registry`, and every process that joined it
+    since the run's last look (children and session members of members); how many.
+
+    Unlike `stop_stale`, this runs the moment the run dies, as its guard, so the family's
+    newest members (a Ray helper started after the run's last refresh) are found too,
+    through the members' PIDs and session ids, which nobody else can hold this soon;
+    `stop_stale`, perhaps hours later, signals only the members it knows."""
+    try:
+        saved = json.loads(registry.read_text())["family"]
+        members = {int(pid): float(t) for pid, t in saved.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return 0
+    family = FlowerProcesses()
+    # dead members stay: their session ids still mark their descendants, now init's
+    family.family = members
+    me = os.getpid()
+
+    def refresh() -> None:
+        family.refresh()
+        family.family.pop(me, None)
+
+    refresh()
+    left = family.alive()
+    _terminate(left, refresh, family.alive)
+    registry.unlink(missing_ok=True)
+    return len(left)
+
+
+def guard_main(registry: Path, owner: str) -> None:
+    """The guard of one run: wait for SIGTERM, which comes either from the run's own
+    cleanup (the owner still runs: nothing to do) or from `PR_SET_PDEATHSIG` when the
+    owner died (then stop the family: `reap`). An owner already gone at start is reaped
+    at once."""
+
+    def on_term(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # reaping is not interrupted
+        if not token_alive(owner):
+            reap(registry)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, on_term)
+    while True:
+        if not token_alive(owner):
+            on_term(signal.SIGTERM, None)
+        if sys.platform == "linux":
+            signal.pause()  # PR_SET_PDEATHSIG's SIGTERM wakes it
+        else:
+            time.sleep(1.0)
+
+
+if __name__ == "__main__":
+    guard_main(Path(sys.argv[1]), sys.argv[2])

@@ -9,7 +9,8 @@ a private Flower home (temporary), the engine's processes started from the proje
 off, the run's log streamed to the terminal, the run's final status read from `flwr list`
 (only `finished:completed` is a success), and every process the engine started, and
 everything they spawned (SuperExec, the simulation, Ray, ClientApp processes), stopped by
-PID at the end, on failure, on Ctrl-C and at the deadline alike.
+PID at the end, on failure, on Ctrl-C and at the deadline alike; and when the runner
+itself is killed outright, by its guard (`processes.FlowerProcesses.guard`).
 
 Before Flower starts, it settles what to do with an experiment that already holds results
 (refuse, overwrite, or resume after the last completed round: `federation.resume`),
@@ -261,6 +262,7 @@ def run_federation(
         home = Path(tmp)
         env = flower_env(home)
         try:
+            processes.guard()
             engine.start(processes, env, home, root, out)
             app = stage_app(root, home / "app-source")
             run_config = home / "run-config.toml"

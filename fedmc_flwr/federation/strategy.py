@@ -2,10 +2,12 @@
 
 `RegionStrategy` is the thin legacy-API wrapper around plain functions: it sends the global
 weights to every client, sorts each round's replies and failures into healthy region
-updates and failed regions (`accounting.sort_out`), builds the next global weights from
-the healthy ones (`aggregation.aggregate`), and hands the round to a `RoundRecorder`
-(metrics rows, failure rows, checkpoints, progress). A round with fewer than
-`federation.min_regions` healthy regions stops the run with a `RoundFailed` naming them.
+updates and failed regions (`accounting.sort_out`), turns away the healthy-looking updates
+the aggregation rule refuses (`aggregation.screen`: each a failed region with its reason),
+builds the next global weights from the rest (`aggregation.aggregate`), and hands the
+round to a `RoundRecorder` (metrics rows, failure rows, checkpoints, progress). A round
+with fewer than `federation.min_regions` healthy regions stops the run with a
+`RoundFailed` naming them.
 
 Rounds are numbered from `first_round`, so a resumed run continues its own numbering while
 Flower counts from 1 again. When `owner_alive` says the process that started the run is
@@ -45,7 +47,7 @@ from fedmc_flwr.federation.accounting import (
     one_line,
     sort_out,
 )
-from fedmc_flwr.federation.aggregation import RegionUpdate, Weights, aggregate
+from fedmc_flwr.federation.aggregation import RegionUpdate, Weights, aggregate, screen
 
 CLIENT_WAIT_S = 60.0
 """How long the first round waits for any virtual client to register."""
@@ -169,11 +171,11 @@ class RegionStrategy(Strategy):
             self.weights,
             self.max_steps,
         )
-        self._require(rnd, "training", len(outcome.updates), outcome.failed)
-        self.weights = aggregate(outcome.updates, self.weights, self.federation, self.statistics)
-        self.recorder.on_fit(
-            rnd, outcome.updates, self.weights, time.perf_counter() - self._started
-        )
+        kept, rejected = screen(outcome.updates, self.weights, self.federation, self.statistics)
+        failed = dict(sorted({**outcome.failed, **rejected}.items()))
+        self._require(rnd, "training", len(kept), failed)
+        self.weights = aggregate(kept, self.weights, self.federation, self.statistics)
+        self.recorder.on_fit(rnd, kept, self.weights, time.perf_counter() - self._started)
         return ndarrays_to_parameters(self.weights), {}
 
     def configure_evaluate(

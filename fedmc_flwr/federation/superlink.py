@@ -4,12 +4,17 @@ Flower's simulation and deployment engines are driven the same way: a SuperLink,
 private Flower home whose `config.toml` names one connection to it, and `flwr` CLI calls
 with JSON output. Everything here runs Flower's own programs from this environment's
 `bin` directory, with runtime dependency installation, telemetry and update checks off.
+
+The SuperLink listens on 127.0.0.1 only. The simulation engine's Ray cluster, started
+inside Flower with arguments this package cannot pass, is held to loopback and locked by
+the environment it inherits (`RAY_ENV`, `ray_token`; docs/security.md has the evidence).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import socket
 import ssl
 import subprocess
@@ -34,6 +39,17 @@ FLOWER_ENV = {
     "FLWR_DISABLE_UPDATE_CHECK": "1",
     "RAY_DEDUP_LOGS": "0",
 }
+RAY_ENV = {
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_AUTH_MODE": "token",
+}
+"""Ray 2.55.1 binds its GCS, raylets, workers and agents to every interface unless its
+node IP is loopback, and Flower's simulation engine offers no way to pass that IP to
+`ray.init`. With multi-machine clusters switched off Ray takes 127.0.0.1 as its node IP
+and binds every service there (the switch's name says Windows or macOS, but it is read on
+every platform). Token authentication on top refuses any local process that does not hold
+the run's token (`ray_token`), since loopback is open to every user of the machine."""
+RAY_TOKEN_FILE = "ray-auth-token"
 COLOUR_FORCING = ("FORCE_COLOR", "CLICOLOR_FORCE")
 """Set by Jupyter kernels; they make the `flwr` CLI colour its JSON output, which then does
 not parse, so Flower's processes never see them."""
@@ -57,11 +73,42 @@ class Connection:
         return f"{self.host}:{self.port}"
 
 
+def ray_token(home: Path) -> Path:
+    """A fresh random Ray token in `home`, readable by its owner only; its path.
+
+    Created with mode 0600 from the start (never a moment world-readable) and refused if
+    the file already exists, so a token is never reused or read from someone else's file.
+    The token itself is never printed or logged."""
+    path = home / RAY_TOKEN_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(secrets.token_hex(32))
+    return path
+
+
+def ray_settings(home: Path) -> dict[str, str]:
+    """Ray's environment for a run: loopback and a fresh token (`RAY_ENV`), unless
+    `RAY_ADDRESS` points the run at a cluster of the user's own (README, "Scaling out"),
+    whose addresses and authentication its owner set when starting it."""
+    if os.environ.get("RAY_ADDRESS"):
+        return {}
+    return {**RAY_ENV, "RAY_AUTH_TOKEN_PATH": str(ray_token(home))}
+
+
 def flower_env(home: Path) -> dict[str, str]:
-    """The environment of every Flower process of a run: this one's, with a private home."""
+    """The environment of every Flower process of a run: this one's, with a private home
+    and Ray's settings (`ray_settings`); a token inherited from this environment would
+    take precedence over the run's own file, so it is not passed on with them."""
+    ray = ray_settings(home)
+    inherited = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in COLOUR_FORCING and not (ray and k == "RAY_AUTH_TOKEN")
+    }
     return {
-        **{k: v for k, v in os.environ.items() if k not in COLOUR_FORCING},
+        **inherited,
         **FLOWER_ENV,
+        **ray,
         "FLWR_HOME": str(home),
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
     }

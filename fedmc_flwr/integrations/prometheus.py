@@ -15,6 +15,7 @@ after one log line, and the caller keeps the world's own signals.
 from __future__ import annotations
 
 import csv
+import ipaddress
 import logging
 import threading
 from collections.abc import Iterator
@@ -38,6 +39,24 @@ EVAL_GAUGES = {metric.csv_column: metric.help for metric in METRICS}
 """metrics.csv eval columns exported as `fedmc_heldout_<column>{experiment,region,policy}`."""
 
 
+LOOPBACK = "127.0.0.1"
+"""Where the exporter listens unless asked otherwise: metrics name the experiment, its
+regions and their results, which are nobody else's business by default."""
+
+
+def is_loopback(addr: str) -> bool:
+    """Whether `addr` (an IP address, IPv4-mapped IPv6 included, or 'localhost') reaches
+    this machine only."""
+    if addr == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(addr)
+    except ValueError:
+        return False  # a host name: whatever it resolves to is not held to loopback
+    mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:127.0.0.1, as dual-stack reports
+    return (mapped or address).is_loopback
+
+
 def _number(text: str) -> float:
     return float(text) if text else float("nan")
 
@@ -56,7 +75,7 @@ class RunExporter:
     `follow()` does so every `interval_s` in a daemon thread until `stop()`.
     """
 
-    def __init__(self, run_dir: Path, port: int, addr: str = "127.0.0.1") -> None:
+    def __init__(self, run_dir: Path, port: int, addr: str = LOOPBACK) -> None:
         self.run_dir = Path(run_dir)
         self.registry = CollectorRegistry()
         labels = ["experiment", "region", "policy"]
@@ -125,9 +144,11 @@ class RunExporter:
 
 
 @contextmanager
-def exporting(run_dir: Path, port: int | None) -> Iterator[RunExporter | None]:
+def exporting(
+    run_dir: Path, port: int | None, addr: str = LOOPBACK
+) -> Iterator[RunExporter | None]:
     """`start_exporter` for the duration of a block (nothing when `port` is None)."""
-    exporter = start_exporter(run_dir, port) if port else None
+    exporter = start_exporter(run_dir, port, addr) if port else None
     try:
         yield exporter
     finally:
@@ -135,14 +156,23 @@ def exporting(run_dir: Path, port: int | None) -> Iterator[RunExporter | None]:
             exporter.stop()
 
 
-def start_exporter(run_dir: Path, port: int) -> RunExporter | None:
-    """A following exporter, or None and one log line when the port cannot be served:
-    metrics are worth a warning, never a failed training run."""
+def start_exporter(run_dir: Path, port: int, addr: str = LOOPBACK) -> RunExporter | None:
+    """A following exporter on `addr`, or None and one log line when the port cannot be
+    served: metrics are worth a warning, never a failed training run. An address beyond
+    loopback is the user's request (`--metrics-addr`), said in one line when it is served."""
     try:
-        exporter = RunExporter(run_dir, port)
+        exporter = RunExporter(run_dir, port, addr)
     except OSError as exc:
-        log.warning("metrics exporter: cannot serve port %d (%s); running without it", port, exc)
+        log.warning(
+            "metrics exporter: cannot serve %s port %d (%s); running without it", addr, port, exc
+        )
         return None
+    if not is_loopback(addr):
+        log.warning(
+            "metrics exporter: serving on %s:%d, open to the network as --metrics-addr asks",
+            addr,
+            port,
+        )
     exporter.follow()
     return exporter
 
