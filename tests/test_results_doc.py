@@ -34,11 +34,11 @@ def test_each_section_is_the_sweeps_description_provenance_and_summary(tmp_path:
     record_provenance(results / "default", "fedmc sweep --config conf/sweeps/default.yaml")
     out = write_results(["default", "other"], tmp_path / "results.md", sweeps)
     text = out.read_text()
-    assert "## A tiny sweep of default (`default`)" in text
+    assert "## `default`" in text
     assert "FedAvg against SED on two seeds." in text
     assert "| x | -1 |" in text
     assert "`fedmc sweep --config conf/sweeps/default.yaml` at commit `" in text
-    assert "Not measured yet" in text.split("(`other`)")[1]
+    assert "Not measured yet" in text.split("## `other`")[1]
 
 
 def test_the_readme_block_is_replaced_and_the_rest_kept(tmp_path: Path) -> None:

@@ -44,38 +44,39 @@ judged"). Test worlds report; validation worlds (`eval.split=validation`) only t
 """
 
 
-def description(config_file: Path) -> tuple[str, str]:
-    """(title, text) from a sweep's or a config's leading comment; the command that runs
+def description(config_file: Path) -> str:
+    """A sweep's or a config's leading comment, as one paragraph; the command that runs
     it, its last sentence, is left out (the provenance line names it)."""
     lines = []
     for line in config_file.read_text().splitlines():
         if not line.startswith("#"):
             break
         lines.append(line.lstrip("#").strip())
-    text = " ".join(lines).split(" `fedmc ")[0].strip()
-    title, _, rest = text.partition(": ") if ": " in text[:80] else ("", "", text)
-    return title or config_file.stem, rest or text
+    return " ".join(lines).split(" `fedmc ")[0].strip()
 
 
 def provenance_line(out_dir: Path) -> str:
-    stamp = read_provenance(out_dir) or next(
-        (read_provenance(child) for child in sorted(out_dir.glob("*/")) if read_provenance(child)),
-        None,
-    )
-    if stamp is None:
+    """The command, commit(s) and start of what made a folder's results: its own
+    `provenance.json`, or its subfolders' (a transfer per training seed)."""
+    stamps = [read_provenance(out_dir)]
+    if stamps[0] is None:
+        stamps = [read_provenance(child) for child in sorted(out_dir.glob("*/"))]
+    stamps = [stamp for stamp in stamps if stamp]
+    if not stamps:
         return "*Provenance not recorded (cells run before sweeps recorded it).*"
-    tree = "with local changes" if stamp.get("dirty") else "clean tree"
-    return (
-        f"*`{stamp['command']}` at commit `{stamp['commit']}` ({tree}), "
-        f"started {stamp['started']}.*"
+    commits = ", ".join(
+        f"`{commit}`" + (" (with local changes)" if dirty else "")
+        for commit, dirty in sorted({(s["commit"], bool(s.get("dirty"))) for s in stamps})
     )
+    runs = f"{len(stamps)} runs like " if len(stamps) > 1 else ""
+    started = min(stamp["started"] for stamp in stamps)
+    return f"*{runs}`{stamps[0]['command']}` at commit {commits}, started {started}.*"
 
 
 def section(name: str, sweeps_dir: Path = SWEEPS_DIR) -> str:
     path = sweeps_dir / f"{name}.yaml"
     sweep = load_sweep(path)
-    title, text = description(path)
-    head = f"## {title} (`{name}`)\n\n{text}\n\n"
+    head = f"## `{name}`\n\n{description(path)}\n\n"
     summary = sweep.out_dir / "summary.md"
     if not summary.is_file():
         return head + f"Not measured yet: `fedmc sweep --config {path}` measures it.\n"
@@ -90,8 +91,7 @@ def transfer_section(target: str, transfers_dir: Path = TRANSFERS_DIR) -> str:
     """A zero-shot transfer's section: `results/transfers/transfer_<target>/summary.md`,
     the `fedmc report` of its training seeds' folders."""
     config = Path("conf") / f"transfer_{target}.yaml"
-    title, text = description(config)
-    head = f"## Zero-shot transfer to {target} (`{config}`)\n\n{title}: {text}\n\n"
+    head = f"## Zero-shot transfer to {target} (`{config}`)\n\n{description(config)}\n\n"
     folder = transfers_dir / f"transfer_{target}"
     summary = folder / "summary.md"
     if not summary.is_file():
