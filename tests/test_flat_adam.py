@@ -12,7 +12,7 @@ from fedmc_flwr.policies.networks import build_network
 
 def _network(kind: str) -> torch.nn.Module:
     torch.manual_seed(0)
-    return build_network(kind, 5 * 11 + 2, 5, 16)
+    return build_network(kind, 5 * 11 + 2, 5, 16, nodes_per_region=5)
 
 
 def _train(network: torch.nn.Module, step, zero_grad, set_lr, steps: int, seed: int) -> None:
@@ -34,7 +34,7 @@ def _flat_values(network: torch.nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1) for p in network.parameters()])
 
 
-@pytest.mark.parametrize("kind", ["mlp", "node-scorer"])
+@pytest.mark.parametrize("kind", ["two-tier", "mlp", "node-scorer"])
 def test_same_numbers_as_per_tensor_adam(kind: str) -> None:
     reference, flat = _network(kind), _network(kind)
     adam = torch.optim.Adam(reference.parameters(), lr=1e-2, eps=1e-5, foreach=False)
