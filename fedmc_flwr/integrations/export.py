@@ -84,9 +84,9 @@ class _Graph:
         return x
 
 
-def _scorer_logits(graph: _Graph, scorer: NodeScorer, x: str, num_nodes: int) -> str:
-    """`NodeScorer.logits` on `x`: node rows beside the globals, encoder, mean context,
-    head, one logit per node."""
+def _split(graph: _Graph, x: str, num_nodes: int) -> None:
+    """`x` as "node_flat" (the node rows, flat) and "globals" (the global features), and
+    the constant "axis1" the per-node graphs reuse."""
     flat = num_nodes * NODE_WIDTH
     i64 = np.int64
     graph.op(
@@ -99,15 +99,22 @@ def _scorer_logits(graph: _Graph, scorer: NodeScorer, x: str, num_nodes: int) ->
         ],
         "node_flat",
     )
-    rows = graph.op(
-        "Reshape",
-        ["node_flat", graph.const("rows_shape", np.array([-1, num_nodes, NODE_WIDTH], i64))],
-        "node_rows",
-    )
     graph.op(
         "Slice",
         [x, "node_hi", graph.const("glob_hi", np.array([flat + GLOBAL_WIDTH], i64)), "axis1"],
         "globals",
+    )
+
+
+def _scorer_logits(graph: _Graph, scorer: NodeScorer, x: str, num_nodes: int) -> str:
+    """`NodeScorer.logits` on `x`: node rows beside the globals, encoder, mean context,
+    head, one logit per node."""
+    i64 = np.int64
+    _split(graph, x, num_nodes)
+    rows = graph.op(
+        "Reshape",
+        ["node_flat", graph.const("rows_shape", np.array([-1, num_nodes, NODE_WIDTH], i64))],
+        "node_rows",
     )
     graph.op("Unsqueeze", ["globals", "axis1"], "globals1")
     spread = graph.const("spread", np.array([1, num_nodes, 1], i64))
@@ -126,24 +133,9 @@ def _two_tier(graph: _Graph, network: TwoTier, x: str, layout: ObsLayout) -> tup
     region, then its most probable node) on `x`: (logits, action)."""
     i64, f32 = np.int64, np.float32
     regions, per_region = layout.num_regions, layout.num_nodes // layout.num_regions
-    flat = layout.num_nodes * NODE_WIDTH
-    graph.op(
-        "Slice",
-        [
-            x,
-            graph.const("node_lo", np.array([0], i64)),
-            graph.const("node_hi", np.array([flat], i64)),
-            graph.const("axis1", np.array([1], i64)),
-        ],
-        "node_flat",
-    )
+    _split(graph, x, layout.num_nodes)
     estate = graph.const("estate_shape", np.array([-1, regions, per_region, NODE_WIDTH], i64))
     nodes = graph.op("Reshape", ["node_flat", estate], "nodes")
-    graph.op(
-        "Slice",
-        [x, "node_hi", graph.const("glob_hi", np.array([flat + GLOBAL_WIDTH], i64)), "axis1"],
-        "globals",
-    )
     grid = graph.const("grid_shape", np.array([-1, regions, per_region], i64))
     graph.op("Reshape", ["mask", grid], "mask_rn")
     graph.op("Cast", ["mask_rn"], "mask_f", to=TensorProto.FLOAT)
