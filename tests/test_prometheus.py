@@ -157,6 +157,7 @@ def poll(adapter: PrometheusAdapter, promql: str, count: int, timeout_s: float =
     raise TimeoutError(f"{promql}: fewer than {count} series after {timeout_s} s")
 
 
+@pytest.mark.slow
 def test_exporter_and_adapter_through_a_real_prometheus(prometheus, cluster, tmp_path) -> None:
     url, targets, start = prometheus
     write_run(tmp_path, rounds=2)

@@ -70,6 +70,8 @@ ENGINES = {
 listening, by name as the kernel shortens it."""
 
 
+@pytest.mark.flower
+@pytest.mark.slow
 @pytest.mark.parametrize("subcommand", sorted(ENGINES))
 def test_a_run_listens_on_loopback_locks_ray_and_dies_whole(
     tmp_path: Path, subcommand: str
