@@ -30,6 +30,7 @@ import numpy as np
 
 from fedmc_flwr.errors import InputError
 from fedmc_flwr.metrics import METRICS, POINT_METRICS
+from fedmc_flwr.outputs import output_dir
 
 COLUMNS: tuple[str, ...] = (
     "experiment",
@@ -144,8 +145,7 @@ def experiment_dir(results_dir: str | Path, experiment: str, *, overwrite: bool 
                 " (or --resume to continue a federated run)"
             )
         clear_experiment(path)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return output_dir(path, "results_dir")
 
 
 def clear_experiment(path: Path) -> None:

@@ -45,6 +45,7 @@ from fedmc_flwr.config import (
     shares_one_estate,
 )
 from fedmc_flwr.errors import RunFailure
+from fedmc_flwr.outputs import output_dir
 from fedmc_flwr.results import (
     PER_SEED_COLUMNS,
     PER_SEED_FILE,
@@ -431,6 +432,7 @@ def main(config: Path, baseline: str | None, summary_only: bool, jobs: int = 1) 
     is a `CellFailed`, a summary that cannot be made a `ReportError`)."""
     sweep = load_sweep(config)
     if not summary_only:
+        output_dir(sweep.out_dir, "results_dir")
         run_sweep(sweep, jobs=jobs)
     paths = summarise_sweep(sweep, baseline)
     if shares_one_estate(sweep.cells[0].cfg):
