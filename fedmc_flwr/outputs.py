@@ -30,6 +30,17 @@ def _refusal(what: str, path: Path, doing: str, about: Path, exc: Exception) -> 
     return OutputError(f"{what} {path}: cannot {doing} ({reason})")
 
 
+def resolved(path: str | Path, what: str) -> Path:
+    """`path` absolute, `~` and `~user` expanded. Refused in one line: a user with no home
+    (pathlib raises a bare RuntimeError) and a name no system call takes (a NUL byte)."""
+    try:
+        return Path(path).expanduser().resolve()
+    except RuntimeError:
+        raise OutputError(f"{what} {path}: names the home folder of no user here") from None
+    except ValueError:
+        raise OutputError(f"{what} {str(path)!r}: not a path (a NUL byte)") from None
+
+
 def output_dir(path: str | Path, what: str) -> Path:
     """`path` as a folder the command can write files into, created with its parents.
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from fedmc_flwr.errors import InputError
 from fedmc_flwr.metrics import METRICS, POINT_METRICS
-from fedmc_flwr.outputs import output_dir
+from fedmc_flwr.outputs import output_dir, resolved
 
 COLUMNS: tuple[str, ...] = (
     "experiment",
@@ -122,7 +122,7 @@ class ExperimentExists(InputError, FileExistsError):
 
 def experiment_path(results_dir: str | Path, experiment: str) -> Path:
     """`<results_dir>/<experiment>/` as an absolute path (not created)."""
-    return Path(results_dir).expanduser().resolve() / experiment
+    return resolved(results_dir, "results_dir") / experiment
 
 
 def holds_results(path: Path) -> bool:

@@ -45,7 +45,7 @@ from fedmc_flwr.config import (
     shares_one_estate,
 )
 from fedmc_flwr.errors import RunFailure
-from fedmc_flwr.outputs import output_dir
+from fedmc_flwr.outputs import output_dir, resolved
 from fedmc_flwr.results import (
     PER_SEED_COLUMNS,
     PER_SEED_FILE,
@@ -134,8 +134,11 @@ def load_sweep(path: str | Path, results_dir: str | Path | None = None) -> Sweep
         if variant.kind not in KINDS:
             raise ConfigError(f"{path}: variants.{name}.kind = {variant.kind!r}; expected {KINDS}")
     root = spec.results_dir if results_dir is None else results_dir
-    out_dir = Path(root).expanduser().resolve() / spec.name
-    experiment = (path.parent / spec.experiment).resolve()
+    out_dir = resolved(root, "results_dir") / spec.name
+    try:
+        experiment = (path.parent / spec.experiment).resolve()
+    except ValueError:  # a NUL byte, which no system call takes
+        raise ConfigError(f"{path}: experiment: not a path (a NUL byte)") from None
     cells = []
     for seed in spec.seeds:
         for name, variant in spec.variants.items():
