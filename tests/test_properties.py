@@ -346,7 +346,6 @@ def _fixed(value: str) -> Callable[[Path, Path], str]:
 EXPORT_TO = _at("policy.onnx")
 PLAN = ["hooks", "plan", "--hook", "prometheus", "--config", str(PROMETHEUS), "--policy"]
 TRANSFER = ["transfer", "--config", str(TINY), "--checkpoint"]
-BLOCKED = _at("file/results")
 
 CASES: dict[str, tuple[str, list, str]] = {
     # (label, argv with callables for paths, a fragment the line names)
