@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import yaml
 from conftest import CONF, REPO, TINY
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -290,6 +290,7 @@ def test_any_text_as_a_sweep_or_integration_file(scratch: Path, kind: str, text:
 
 @FAST
 @given(SWEEP_YAML)
+@example({"seeds": {}})  # a mapping where the schema has a list: OmegaConf's TypeError
 def test_any_yaml_structure_as_a_sweep_file(scratch: Path, document: object) -> None:
     path = scratch / "structure_sweep.yaml"
     path.write_text(yaml.safe_dump(document))
@@ -452,6 +453,11 @@ CASES: dict[str, tuple[str, list, str]] = {
         "fedmc transfer",
         [*TRANSFER, _ck("round_001"), "--set", _fixed("results_dir=~no-such-user-here/r")],
         "home folder of no user",
+    ),
+    "run --set a mapping for a list": (
+        "fedmc run",
+        ["run", "--config", str(TINY), "--set", "faults={}"],
+        "override faults: a mapping where a list belongs",
     ),
     "run --metrics-port out of range": (
         "fedmc run",
