@@ -15,8 +15,9 @@ import numpy as np
 
 from fedmc_flwr.config import ExperimentConfig
 from fedmc_flwr.evaluation import heldout_seeds
-from fedmc_flwr.integrations.serving import OnnxPolicy
+from fedmc_flwr.integrations.serving import OnnxPolicy, PolicyFileError
 from fedmc_flwr.seeds import heldout_phases
+from fedmc_flwr.sim.signals import build_spec
 from fedmc_flwr.sim.world import METRIC_NAMES, MultiCloudSim
 
 
@@ -59,6 +60,21 @@ def _replayed(own: np.ndarray, trace: np.ndarray | None) -> np.ndarray:
     return own.copy() if trace is None else np.where(np.isnan(trace[-1]), own, trace[-1])
 
 
+def require_fit(policy: OnnxPolicy, cfg: ExperimentConfig) -> None:
+    """Refuse an estate other than the one the policy was exported for: its observations
+    would not fit the graph's inputs. Checked before any service is asked for signals."""
+    spec = build_spec(cfg.world, cfg.reward)
+    if (len(policy.region_names), policy.nodes_per_region) != (
+        spec.num_regions,
+        spec.nodes_per_region,
+    ):
+        raise PolicyFileError(
+            f"{policy.path}: exported for {len(policy.region_names)} regions x "
+            f"{policy.nodes_per_region} nodes, not {cfg.name}'s {spec.num_regions} x "
+            f"{spec.nodes_per_region}"
+        )
+
+
 def decide(
     policy: OnnxPolicy,
     cfg: ExperimentConfig,
@@ -71,11 +87,8 @@ def decide(
     With `signals`, the world replays them sample by sample, spending an equal share of
     the steps on each sample.
     """
+    require_fit(policy, cfg)
     regions = cfg.world.regions
-    if len(policy.region_names) != regions:
-        raise ValueError(
-            f"the policy was exported for {policy.region_names}, not {regions} regions"
-        )
     ingress = np.repeat(np.arange(regions), worlds)
     sim = MultiCloudSim(cfg.world, cfg.reward, ingress)
     seeds = np.concatenate([heldout_seeds(cfg, r)[:worlds] for r in range(regions)])
