@@ -12,7 +12,10 @@ import json
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
+
+from fedmc_flwr.integrations.extras import require
+
+ort = require("onnxruntime", "serving an exported policy")
 
 
 class OnnxPolicy:
