@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml $(LOCK)
 
 # After changing dependencies in pyproject.toml: resolve them afresh and pin the result.
 lock: setup
-	$(BIN)/pip install --quiet -e ".[dev,bench]"
+	$(BIN)/pip install --quiet -e ".[hooks,dev,bench]"
 	{ sed -n '1,3p' $(LOCK); $(BIN)/pip freeze --exclude-editable | grep -v '^#'; } > $(LOCK).new
 	mv $(LOCK).new $(LOCK)
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from fedmc_flwr.config import ConfigError, ExperimentConfig, load_config
+from fedmc_flwr.config import ConfigError, ExperimentConfig, find_config, load_config
 from fedmc_flwr.errors import InputError, RunFailure
 from fedmc_flwr.integrations import cli as hooks_cli
 from fedmc_flwr.outputs import output_dir
@@ -24,7 +25,12 @@ DEFAULT_CONFIG = "conf/small_demo.yaml"
 
 
 def _add_config_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", default=DEFAULT_CONFIG, help="experiment YAML file")
+    parser.add_argument(
+        "--config",
+        default=DEFAULT_CONFIG,
+        help="experiment YAML file (default: %(default)s); a conf/... path not found in the "
+        "working directory is taken from the configs shipped with the package",
+    )
     parser.add_argument(
         "--set",
         dest="overrides",
@@ -55,11 +61,20 @@ def _add_run_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _version() -> str:
+    """The installed distribution's version (pyproject.toml's, through its metadata)."""
+    try:
+        return version("fedmc-flwr")
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fedmc",
         description="Federated RL for multi-cloud load balancing and scheduling.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_config_args(sub.add_parser("baselines", help="evaluate the classic dispatchers"))
     train = sub.add_parser("train", help="train PPO without federation")
@@ -143,7 +158,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _config(args: argparse.Namespace) -> ExperimentConfig:
-    return load_config(args.config, args.overrides)
+    return load_config(find_config(args.config), args.overrides)
 
 
 def _naming(path: Path, exc: Exception) -> str:
@@ -174,7 +189,7 @@ def _run(args: argparse.Namespace) -> int:
     out = experiment_path(cfg.results_dir, cfg.name)
     with exporting(out, args.metrics_port, args.metrics_addr):
         return run_federation(
-            Path(args.config), args.overrides, on_existing=on_existing, engine=engine
+            find_config(args.config), args.overrides, on_existing=on_existing, engine=engine
         )
 
 

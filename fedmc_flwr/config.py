@@ -681,6 +681,29 @@ def read_yaml(
     return merged  # type: ignore[return-value]
 
 
+def shipped_conf() -> Path:
+    """Where the shipped configs are: `fedmc_flwr/conf/` in an installed wheel (package
+    data), `conf/` at the root of a checkout."""
+    packaged = Path(__file__).with_name("conf")
+    return packaged if packaged.is_dir() else Path(__file__).resolve().parents[1] / "conf"
+
+
+def find_config(path: str | Path) -> Path:
+    """The config file `path` names: the file itself when it exists; else, for a relative
+    `conf/...` path (the `--config` default among them), the shipped config of that name,
+    so that an installed `fedmc` works from any directory. `ConfigError` when neither
+    exists; any other missing path is left for `load_config` to name."""
+    given = Path(path).expanduser()
+    if given.is_file() or given.is_absolute() or given.parts[:1] != ("conf",):
+        return given
+    shipped = shipped_conf().joinpath(*given.parts[1:])
+    if not shipped.is_file():
+        raise ConfigError(
+            f"{given}: no such config file here, nor among the shipped configs ({shipped_conf()})"
+        )
+    return shipped
+
+
 def load_config(path: str | Path, overrides: Iterable[str] = ()) -> ExperimentConfig:
     """Load, merge and validate an experiment config; raise `ConfigError` on any problem.
 

@@ -17,10 +17,18 @@ A relative `results_dir` is taken from the ServerApp's working directory, which 
 directory the SuperLink was started from: for `flwr run .` from the project root (which
 starts the local SuperLink there) that is the project root. `fedmc run` always passes an
 absolute `results-dir`.
+
+Under plain `flwr run`, bad input (an experiment that already holds results, a config
+that does not load) ends the run with one log line in run-config terms, such as
+`--run-config "on-existing='overwrite'"`, and so does a federation that stopped because
+too few regions delivered: Flower would log either with its traceback (`OneLineFailures`).
+Flower marks such a run `finished:failed` but `flwr run` still exits with 0.
 """
 
 from __future__ import annotations
 
+import logging
+import re
 from functools import partial
 from logging import INFO
 from pathlib import Path
@@ -32,16 +40,40 @@ from flwr.common.logger import log
 from flwr.server import ServerApp, ServerAppComponents, ServerConfig
 
 from fedmc_flwr.config import ExperimentConfig, load_config, to_yaml
+from fedmc_flwr.errors import InputError
 from fedmc_flwr.federation.processes import token_alive
 from fedmc_flwr.federation.recorder import RunRecorder
 from fedmc_flwr.federation.resume import prepare_experiment
-from fedmc_flwr.federation.strategy import RegionStrategy
+from fedmc_flwr.federation.strategy import RegionStrategy, RoundFailed
 from fedmc_flwr.policies.ppo import STATISTICS, PPOLearner
 from fedmc_flwr.seeds import learner_seed
 from fedmc_flwr.sim.signals import region_catalogue
 
 APP_DIR = Path(__file__).resolve().parents[2]
 """The app's root (the installed FAB copy under `flwr run`), where `conf/` lives."""
+
+
+class OneLineFailures(logging.Filter):
+    """Flower logs the exception that ends a run with its traceback. Bad input and a
+    federation that stopped on purpose are explained by their one line; any other
+    exception (a bug) keeps its traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, InputError | RoundFailed):
+            label = exc.label if isinstance(exc, InputError) else "run failed: "
+            record.msg, record.args = "fedmc: %s%s", (label, exc)
+            record.exc_info = record.exc_text = None
+        return True
+
+
+logging.getLogger("flwr").addFilter(OneLineFailures())
+
+
+def in_run_config_terms(message: str) -> str:
+    """`fedmc`'s --overwrite and --resume, as the run-config setting a `flwr run` user
+    passes instead."""
+    return re.sub(r"--(overwrite|resume)\b", "--run-config \"on-existing='\\1'\"", message)
 
 
 def experiment_config(run_config: dict[str, Scalar]) -> ExperimentConfig:
@@ -71,9 +103,14 @@ def server_fn(context: Context) -> ServerAppComponents:
     cfg = experiment_config(context.run_config)
     resolved = to_yaml(cfg)
     on_existing = str(context.run_config.get("on-existing", "refuse"))
-    out, start = prepare_experiment(
-        cfg.results_dir, cfg.name, on_existing, resolved, initial_weights(cfg), cfg.train.rounds
-    )
+    try:
+        out, start = prepare_experiment(
+            cfg.results_dir, cfg.name, on_existing, resolved, initial_weights(cfg), cfg.train.rounds
+        )
+    except InputError as exc:
+        if context.run_config.get("owner"):  # `fedmc run`, whose flags the message names
+            raise
+        raise type(exc)(in_run_config_terms(str(exc))) from None
     done = start.completed_round
     log(
         INFO,

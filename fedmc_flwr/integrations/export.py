@@ -20,13 +20,12 @@ import json
 from pathlib import Path
 
 import numpy as np
-import onnx
 import torch
-from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
 from fedmc_flwr.config import ExperimentConfig, load_config
 from fedmc_flwr.errors import InputError
+from fedmc_flwr.integrations.extras import require
 from fedmc_flwr.outputs import output_file
 from fedmc_flwr.policies.checkpoints import read_checkpoint, run_config
 from fedmc_flwr.policies.moments import MOMENT_ARRAYS, Moments
@@ -44,6 +43,9 @@ from fedmc_flwr.sim.signals import build_spec
 
 OPSET = 17
 """ONNX opset of the exported graph (onnxruntime has served it since 1.12)."""
+
+onnx = require("onnx", "fedmc export")
+TensorProto, helper, numpy_helper = onnx.TensorProto, onnx.helper, onnx.numpy_helper
 
 
 class ExportError(InputError, ValueError):

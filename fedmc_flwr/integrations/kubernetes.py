@@ -21,13 +21,16 @@ from typing import Any
 
 import numpy as np
 import urllib3
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from fedmc_flwr.integrations.config import KubernetesHook
 from fedmc_flwr.integrations.decisions import Decisions
+from fedmc_flwr.integrations.extras import require
 from fedmc_flwr.integrations.mode import ActionLog
 from fedmc_flwr.integrations.retry import with_retries
+
+kubernetes = require("kubernetes", "the k8s hook")
+client = kubernetes.client
+ApiException = kubernetes.client.exceptions.ApiException
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,4 @@ class Scaler:
 
 def apps_api(kubeconfig: str) -> client.AppsV1Api:
     """An AppsV1Api for the kubeconfig's current context."""
-    from kubernetes import config
-
-    return client.AppsV1Api(config.new_client_from_config(config_file=kubeconfig))
+    return client.AppsV1Api(kubernetes.config.new_client_from_config(config_file=kubeconfig))

@@ -26,10 +26,10 @@ from typing import Any
 
 import httpx
 import numpy as np
-from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from fedmc_flwr.integrations.config import PrometheusHook
 from fedmc_flwr.integrations.decisions import Signals
+from fedmc_flwr.integrations.extras import require
 from fedmc_flwr.integrations.retry import with_retries
 from fedmc_flwr.metrics import METRICS
 
@@ -76,8 +76,10 @@ class RunExporter:
     """
 
     def __init__(self, run_dir: Path, port: int, addr: str = LOOPBACK) -> None:
+        prometheus_client = require("prometheus_client", "--metrics-port")
+        Gauge = prometheus_client.Gauge
         self.run_dir = Path(run_dir)
-        self.registry = CollectorRegistry()
+        self.registry = prometheus_client.CollectorRegistry()
         labels = ["experiment", "region", "policy"]
         self.round = Gauge(
             "fedmc_round",
@@ -97,7 +99,7 @@ class RunExporter:
         )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._server, self._server_thread = start_http_server(
+        self._server, self._server_thread = prometheus_client.start_http_server(
             port, addr=addr, registry=self.registry
         )
         self.port = port

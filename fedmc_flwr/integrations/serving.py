@@ -12,9 +12,11 @@ import json
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 
 from fedmc_flwr.errors import InputError
+from fedmc_flwr.integrations.extras import require
+
+ort = require("onnxruntime", "serving an exported policy")
 
 
 class PolicyFileError(InputError, ValueError):

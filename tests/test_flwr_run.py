@@ -1,0 +1,241 @@
+"""`flwr run .` as the README gives it: what Flower's runtime install would put in the
+run's environment, what a refused run prints, and what is left running afterwards."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import re
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import REPO, TINY
+from flower_runs import processes_with_env
+from flwr.app import Context, RecordDict
+from flwr.common.logger import log
+
+from fedmc_flwr.federation.server_app import server_fn
+from fedmc_flwr.federation.strategy import RoundFailed
+from fedmc_flwr.federation.superlink import BIN, flower_env, free_port
+from fedmc_flwr.results import ExperimentExists
+
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+LOCAL_TORCH = Path("/opt/wheels")
+"""Where this machine keeps PyTorch's CPU wheel, for when PyTorch's index is out of reach."""
+CUDA = re.compile(r"^(nvidia-|cuda-|triton$)")
+FLOWERS_OWN = {"flower-superlink", "flower-superexec"}
+"""Processes of Flower's local SuperLink, which outlives `flwr run` by design."""
+
+
+def _reachable(url: str) -> bool:
+    try:
+        urllib.request.urlopen(url, timeout=5).close()
+    except OSError:
+        return False
+    return True
+
+
+def _cpu_index_stand_in(root: Path) -> str | None:
+    """A one-package simple index holding this machine's copy of PyTorch's CPU torch
+    wheel, or None when there is none."""
+    wheels = sorted(LOCAL_TORCH.glob("torch-*+cpu-*.whl"))
+    if not wheels:
+        return None
+    page = root / "torch" / "index.html"
+    page.parent.mkdir(parents=True)
+    page.write_text("".join(f'<a href="{w.as_uri()}">{w.name}</a>\n' for w in wheels))
+    return root.as_uri()
+
+
+def test_flowers_runtime_install_would_put_no_cuda_package_in_the_run_environment(
+    tmp_path: Path,
+) -> None:
+    """Flower's runtime install is `uv sync` in the app's directory, which locks the app's
+    pyproject.toml first. uv's own lock of it, for every platform and Python it allows,
+    takes torch's CPU build from PyTorch's CPU index and no nvidia, cuda or triton package.
+    Where that index is out of reach (only package registries are, here), its URL is
+    pointed at this machine's copy of the same CPU wheel; everything else comes from PyPI."""
+    if not _reachable("https://pypi.org/simple/uv/"):
+        pytest.skip("PyPI is out of reach: uv cannot resolve the app's dependencies")
+    app = tmp_path / "app"
+    app.mkdir()
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy2(REPO / name, app / name)
+    pyproject = (app / "pyproject.toml").read_text()
+    indexes = tomllib.loads(pyproject)["tool"]["uv"]["index"]
+    assert [(i["name"], i["url"], i["explicit"]) for i in indexes] == [
+        ("pytorch-cpu", CPU_INDEX, True)
+    ]
+    if not _reachable(f"{CPU_INDEX}/torch/"):
+        stand_in = _cpu_index_stand_in(tmp_path / "index")
+        if stand_in is None:
+            pytest.skip("PyTorch's CPU index is out of reach and no local CPU wheel stands in")
+        (app / "pyproject.toml").write_text(pyproject.replace(f'"{CPU_INDEX}"', f'"{stand_in}"'))
+    locked = subprocess.run(
+        [sys.executable, "-m", "uv", "lock", "--quiet"],
+        cwd=app,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert locked.returncode == 0, locked.stderr
+    packages = tomllib.loads((app / "uv.lock").read_text())["package"]
+    names = {p["name"] for p in packages}
+    assert {"torch", "ray", "numba"} <= names
+    assert sorted(n for n in names if CUDA.match(n)) == []
+    assert {p["version"] for p in packages if p["name"] == "torch"} == {"2.13.0+cpu"}
+
+
+def _context(results: Path, owner: str = "") -> Context:
+    run_config = {
+        "config": str(TINY),
+        "overrides": "",
+        "results-dir": str(results),
+        "on-existing": "refuse",
+        "owner": owner,
+        "client-state-dir": "",
+    }
+    return Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=run_config)
+
+
+def test_a_refused_experiment_names_the_run_config_way_under_flwr_and_the_flags_under_fedmc(
+    tmp_path: Path,
+) -> None:
+    """`flwr run` users pass run-config settings, `fedmc run` users flags: the message the
+    ServerApp raises names what its user can type."""
+    existing = tmp_path / "tiny_federation"
+    existing.mkdir()
+    (existing / "metrics.csv").write_text("")
+    with pytest.raises(ExperimentExists) as refused:
+        server_fn(_context(tmp_path))
+    message = str(refused.value)
+    assert "--run-config \"on-existing='overwrite'\"" in message
+    assert "--run-config \"on-existing='resume'\"" in message
+    assert "pass --overwrite" not in message
+    with pytest.raises(ExperimentExists, match="pass --overwrite"):
+        server_fn(_context(tmp_path, owner="123:456"))
+
+
+def _logged(exc: BaseException) -> str:
+    """What Flower's `log(ERROR, ..., exc_info=exc)` prints for an exception that ended
+    a run (`flwr.simulation.app` logs it so), with the ServerApp module imported."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    flwr_logger = logging.getLogger("flwr")
+    flwr_logger.addHandler(handler)
+    try:
+        try:
+            raise exc
+        except BaseException as raised:
+            log(logging.ERROR, "%s raised an exception", "Simulation", exc_info=raised)
+    finally:
+        flwr_logger.removeHandler(handler)
+    return stream.getvalue()
+
+
+def test_bad_input_and_a_stopped_federation_end_the_run_in_one_line_a_bug_in_a_traceback() -> None:
+    refused = _logged(ExperimentExists("/r/x already holds results"))
+    assert refused == "fedmc: /r/x already holds results\n"
+    stopped = _logged(RoundFailed("round 1 training: 0 of 2 regions healthy"))
+    assert stopped == "fedmc: run failed: round 1 training: 0 of 2 regions healthy\n"
+    bug = _logged(ZeroDivisionError("division by zero"))
+    assert bug.startswith("Simulation raised an exception\nTraceback")
+
+
+def _flwr(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "flwr"), *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def _run_and_status(run_config: str, env: dict[str, str]) -> tuple[str, str]:
+    """The README's `flwr run . --stream` on the tiny experiment: its output and the run's
+    final status from `flwr list`."""
+    done = _flwr(
+        [
+            "run",
+            ".",
+            "--stream",
+            "--federation-config",
+            "num-supernodes=2 client-resources-num-cpus=1",
+            "--run-config",
+            run_config,
+        ],
+        env,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    (run_id,) = re.findall(r"Successfully started run (\d+)", output)
+    listed = _flwr(["list", "--run-id", run_id, "--format", "json"], env)
+    return output, json.loads(listed.stdout)["runs"][0]["status"]
+
+
+def _program(pid: int) -> str:
+    """The program a process runs: the script for Python entry points, else its name."""
+    try:
+        cmdline = psutil.Process(pid).cmdline()
+    except psutil.Error:
+        return "(gone)"
+    scripts = [Path(a).name for a in cmdline[:2] if Path(a).name.startswith(("flower-", "flwr"))]
+    return scripts[0] if scripts else Path(cmdline[0]).name if cmdline else "?"
+
+
+def _settled(marker: str, allowed: set[str], wait_s: float) -> list[tuple[int, str]]:
+    """The processes of `marker` not in `allowed`, once they have had `wait_s` to exit."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = [(pid, _program(pid)) for pid in processes_with_env(marker)]
+        left = [(pid, name) for pid, name in left if name not in allowed]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
+
+
+@pytest.mark.slow
+@pytest.mark.flower
+def test_flwr_run_leaves_only_flowers_superlink_which_the_readme_command_stops(
+    tmp_path: Path,
+) -> None:
+    """The README's `flwr run .` on the tiny experiment completes; run again on the same
+    results, it is refused in one line that names the run-config way to overwrite, and no
+    traceback. Between and after the runs only Flower's local SuperLink and its SuperExec
+    are left, and the README's `kill $(lsof ...)` on its port stops them and everything
+    else. A private Flower home and ports keep it apart from any other run."""
+    if shutil.which("lsof") is None:
+        pytest.skip("the README's stop command needs lsof")
+    home = tmp_path / "flwr-home"
+    home.mkdir()
+    port = free_port()
+    env = flower_env(home) | {
+        "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(port),
+        "FLWR_LOCAL_CONTROL_API_PORT": str(free_port()),
+        "OMP_NUM_THREADS": "1",
+    }
+    marker = f"FLWR_HOME={home}"
+    run_config = f"config='{TINY.relative_to(REPO)}' results-dir='{tmp_path / 'results'}'"
+    try:
+        output, status = _run_and_status(run_config, env)
+        assert status == "finished:completed", output
+        assert (tmp_path / "results" / "tiny_federation" / "metrics.csv").is_file()
+        assert _settled(marker, FLOWERS_OWN, 30) == []
+
+        output, status = _run_and_status(run_config, env)
+        assert status == "finished:failed", output
+        (line,) = [ln for ln in output.splitlines() if "already holds results" in ln]
+        assert "--run-config \"on-existing='overwrite'\"" in line, line
+        assert "Traceback" not in output, output
+        assert _settled(marker, FLOWERS_OWN, 30) == []
+
+        subprocess.run(f"kill $(lsof -t -iTCP:{port} -sTCP:LISTEN)", shell=True, check=True)
+        assert _settled(marker, set(), 30) == []
+    finally:
+        for pid in processes_with_env(marker):
+            psutil.Process(pid).kill()

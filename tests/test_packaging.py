@@ -1,0 +1,249 @@
+"""The package people install: a wheel built here, its files, its metadata, and a working
+`fedmc` from it in a clean venv; the `--config` default found from the package; the
+`hooks` extra's features failing in one line without it."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+from conftest import CONF, REPO
+
+from fedmc_flwr import cli
+from fedmc_flwr.config import ConfigError, find_config, shipped_conf
+from fedmc_flwr.integrations.extras import MissingExtra
+
+HOOKS_EXTRA = ("kubernetes", "onnx", "onnxruntime", "prometheus-client")
+SOURCES = ("pyproject.toml", "setup.py", "README.md", "fedmc_flwr", "conf")
+"""What the wheel is built from: the project's own files, without tests, results or venvs."""
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A wheel built from a copy of the project's sources, with this venv's setuptools
+    (`--no-build-isolation`: nothing is downloaded)."""
+    src = tmp_path_factory.mktemp("src")
+    for name in SOURCES:
+        path = REPO / name
+        if path.is_dir():
+            shutil.copytree(path, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(path, src / name)
+    dist = tmp_path_factory.mktemp("dist")
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(dist),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stderr
+    (path,) = dist.glob("fedmc_flwr-*.whl")
+    return path
+
+
+def _metadata(wheel: Path) -> str:
+    with zipfile.ZipFile(wheel) as archive:
+        (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        return archive.read(name).decode()
+
+
+def test_the_wheel_holds_every_module_and_shipped_config_and_no_tests(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+    configs = {f"fedmc_flwr/conf/{p.relative_to(CONF).as_posix()}" for p in CONF.rglob("*.yaml")}
+    assert configs and configs <= names, sorted(configs - names)
+    modules = {
+        p.relative_to(REPO).as_posix()
+        for p in (REPO / "fedmc_flwr").rglob("*.py")
+        if "__pycache__" not in p.parts
+    }
+    assert modules <= names, sorted(modules - names)  # a subpackage missing from pyproject
+    assert not [n for n in names if n.startswith("tests/") or "/tests/" in n]
+    assert not [n for n in names if not n.startswith(("fedmc_flwr/", "fedmc_flwr-"))]
+
+
+def test_the_metadata_has_urls_classifiers_absolute_links_and_the_hooks_extra(
+    wheel: Path,
+) -> None:
+    metadata = _metadata(wheel)
+    headers, _, description = metadata.partition("\n\n")
+    assert "Project-URL: Source, https://github.com/fedmc/fedmc-flwr" in headers
+    assert "Requires-Python: <3.14,>=3.11" in headers
+    for minor in (11, 12, 13):
+        assert f"Classifier: Programming Language :: Python :: 3.{minor}" in headers
+    assert "](docs/" in (REPO / "README.md").read_text()  # what the rewrite is for
+    relative = re.findall(r"\]\((?![a-z][a-z0-9+.-]*:|#)[^)]*\)", description, re.IGNORECASE)
+    assert description.startswith("# fedmc-flwr") and relative == []
+    assert "](https://github.com/fedmc/fedmc-flwr/blob/main/docs/design.md)" in description
+    required = [line for line in headers.splitlines() if line.startswith("Requires-Dist:")]
+    for name in HOOKS_EXTRA:
+        (line,) = [
+            r
+            for r in required
+            if r.split()[1].startswith(name + "<") or r.split()[1].startswith(name + ">")
+        ]
+        assert line.endswith('extra == "hooks"'), line
+
+
+@pytest.mark.slow
+def test_the_wheel_installs_into_a_clean_venv_and_runs_baselines_on_a_shipped_config(
+    wheel: Path, tmp_path: Path
+) -> None:
+    """The wheel, installed with pip into a fresh venv, runs from a directory with no
+    conf/: `fedmc --version`, and `fedmc baselines` on the default config, taken from the
+    package (2 held-out worlds of 50 jobs a region, so seconds).
+
+    The venv's dependencies come from this test's own environment without a download:
+    one .pth line adds this environment's site-packages behind the venv's own. A plain
+    path line, so the editable install's finder there is not activated, and PYTHONPATH
+    is dropped: the only fedmc_flwr the venv can import is the wheel's."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    (Path(purelib) / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    installed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert installed.returncode == 0, installed.stderr
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["OMP_NUM_THREADS"] = "1"
+
+    def fedmc(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [venv / "bin" / "fedmc", *args],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    where = subprocess.run(
+        [python, "-c", "import fedmc_flwr; print(fedmc_flwr.__file__)"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert where.stdout.startswith(purelib), where.stdout
+    assert fedmc("--version").stdout.strip() == "fedmc 0.1.0"
+    done = fedmc("baselines", "--set", "eval.seeds=2", "--set", "eval.steps=50")
+    assert done.returncode == 0, done.stderr
+    assert (work / "results" / "small_demo-baselines" / "baselines.csv").is_file()
+    missing = fedmc("baselines", "--config", "conf/nope.yaml")
+    assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1
+    assert "nor among the shipped configs" in missing.stderr
+
+
+def test_a_conf_path_missing_here_is_taken_from_the_shipped_configs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert shipped_conf() == CONF  # a checkout: conf/ at the root
+    assert find_config(cli.DEFAULT_CONFIG) == CONF / "small_demo.yaml"
+    assert find_config("conf/sweeps/tiny.yaml") == CONF / "sweeps" / "tiny.yaml"
+    own = tmp_path / "conf" / "small_demo.yaml"
+    own.parent.mkdir()
+    own.write_text("name: mine\n")
+    assert find_config("conf/small_demo.yaml") == Path("conf/small_demo.yaml")  # here wins
+    with pytest.raises(ConfigError, match="nor among the shipped configs"):
+        find_config("conf/nope.yaml")
+    assert find_config("elsewhere/nope.yaml") == Path("elsewhere/nope.yaml")  # load_config's
+
+
+def test_version_and_the_config_default_in_the_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--version"])
+    assert exited.value.code == 0
+    assert re.fullmatch(r"fedmc \d+\.\d+\.\d+\S*\n", capsys.readouterr().out)
+    with pytest.raises(SystemExit):
+        cli.main(["baselines", "--help"])
+    assert "(default: conf/small_demo.yaml)" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize(
+    ("module", "dependency"),
+    [
+        ("fedmc_flwr.integrations.export", "onnx"),
+        ("fedmc_flwr.integrations.serving", "onnxruntime"),
+        ("fedmc_flwr.integrations.kubernetes", "kubernetes"),
+    ],
+)
+def test_a_hooks_module_without_its_extra_fails_in_one_line_naming_it(
+    module: str, dependency: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, dependency, None)  # `import dependency` now fails
+    monkeypatch.delitem(sys.modules, module, raising=False)
+    with pytest.raises(MissingExtra) as failed:
+        importlib.import_module(module)
+    assert "pip install 'fedmc-flwr[hooks]'" in str(failed.value)
+    assert dependency in str(failed.value) and "\n" not in str(failed.value)
+
+
+def test_fedmc_run_needs_prometheus_client_only_for_metrics_port(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`fedmc run` imports the exporter module on every run; only `--metrics-port` needs
+    the extra."""
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)
+    monkeypatch.delitem(sys.modules, "fedmc_flwr.integrations.prometheus", raising=False)
+    prometheus = importlib.import_module("fedmc_flwr.integrations.prometheus")
+    with prometheus.exporting(tmp_path, None) as exporter:
+        assert exporter is None
+    with pytest.raises(MissingExtra, match=r"--metrics-port needs prometheus_client.*\[hooks\]"):
+        prometheus.RunExporter(tmp_path, 0)
+
+
+def test_fedmc_export_without_onnx_prints_one_line_and_exits_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "onnx", None)
+    monkeypatch.delitem(sys.modules, "fedmc_flwr.integrations.export", raising=False)
+    code = cli.main(
+        ["export", "--checkpoint", str(tmp_path / "c.npz"), "--out", str(tmp_path / "p.onnx")]
+    )
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1, err
+    assert err.startswith("fedmc: fedmc export needs onnx") and "[hooks]" in err
