@@ -11,6 +11,7 @@ TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 CONFIG ?= conf/small_demo.yaml
 
 .PHONY: setup lock placement demo test test-fast lint baselines train plots results transfers report bench clean
+.PHONY: notebook
 
 $(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
@@ -83,6 +84,10 @@ report: setup
 	  $(BIN)/fedmc sweep --config conf/sweeps/$$s.yaml --summary-only || exit 1; \
 	done
 	$(RESULTS_DOC)
+
+# notebooks/explore.ipynb in Jupyter Notebook (the lock pins it), from the repository root.
+notebook: setup
+	$(BIN)/jupyter notebook notebooks/explore.ipynb
 
 lint: setup
 	$(BIN)/ruff check .

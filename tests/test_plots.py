@@ -128,3 +128,115 @@ def test_pareto_front_keeps_the_points_nothing_beats_on_both_axes() -> None:
         index=["a", "b", "c", "d", "e"],
     )
     assert list(pareto_front(points, "latency", "carbon").index) == ["d", "a", "b", "e"]
+
+
+LEARNERS = [
+    "ppo-fedavg",
+    "ppo-centralised",
+    "ppo-local",
+    "ppo-fedprox",
+    "ppo-shrink-0.01",
+    "ppo-shrink-0.1",
+    "ppo-shrink-0.5",
+]
+
+
+def _all_policies_rows() -> pd.DataFrame:
+    """Round 1-3 rows of seven learners and every dispatcher, each at its own level."""
+    from fedmc_flwr.policies.heuristics import DISPATCHERS
+
+    rows = [
+        _row(rnd, "eval", "all", policy, -0.6 - 0.01 * k + 0.01 * rnd)
+        for rnd in (1, 2, 3)
+        for k, policy in enumerate(LEARNERS)
+    ]
+    dispatchers = sorted(set(DISPATCHERS) - {"random"})
+    rows += [_row(0, "eval", "all", p, -0.55 - 0.02 * k) for k, p in enumerate(dispatchers)]
+    rows.append(_row(0, "eval", "all", "random", -1.9))
+    return pd.DataFrame(rows)
+
+
+def test_every_learner_has_a_colour_of_its_own_and_dispatchers_are_three_grey_lines() -> None:
+    """Seven learners and every dispatcher in one panel: as many line colours as learners,
+    none repeated, none grey; the dispatchers as the baseline, the best and the worst."""
+    from fedmc_flwr.analysis.plots import REFERENCE_STYLES, metric_panel
+
+    rows = _all_policies_rows()
+    fig = metric_panel(rows, "reward", "reward_ci95", "reward", "demo", "sed")
+    lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    learners = [lines[name] for name in LEARNERS]
+    colours = [line.get_color() for line in learners]
+    assert len(set(colours)) == len(LEARNERS)
+    assert not {"C7", "0.5"} & set(colours)
+    assert len({(line.get_color(), line.get_marker()) for line in learners}) == len(LEARNERS)
+    from fedmc_flwr.policies.heuristics import DISPATCHERS
+
+    best = min(set(DISPATCHERS) - {"random"})  # the first in name order is at -0.55
+    references = sorted(name for name in lines if name not in LEARNERS)
+    assert references == sorted([f"{best} (best dispatcher)", "sed (baseline)"])
+    reference_colours = {s.color for s in REFERENCE_STYLES.values()}
+    assert {lines[name].get_color() for name in references} <= reference_colours
+    assert reference_colours.isdisjoint(colours)  # no learner is mistaken for a dispatcher
+    # random sits far below the learners: named at the axis edge, not drawn as a line
+    notes = [t.get_text() for t in fig.axes[0].texts]
+    assert any(note.startswith("↓ random (worst dispatcher): -1.9") for note in notes)
+
+
+def test_learner_styles_never_repeat_and_follow_the_name() -> None:
+    from fedmc_flwr.analysis.plots import learner_styles
+
+    nine = learner_styles([f"ppo-{k}" for k in range(9)])
+    assert len({s.color for s in nine.values()}) == 9
+    many = learner_styles([f"ppo-{k:02d}" for k in range(20)])
+    assert len({(s.color, s.marker, s.linestyle) for s in many.values()}) == 20
+    # the same learner looks the same whatever else is drawn beside it
+    assert learner_styles(["ppo-b", "ppo-a"]) == learner_styles(["ppo-a", "ppo-b"])
+
+
+def test_pareto_labels_do_not_overlap_in_a_tight_cluster() -> None:
+    """Eight policies within 2 ms and 0.01 mg of each other and four far away: every label
+    box is clear of every other label box and every point."""
+    import numpy as np
+    from matplotlib.figure import Figure
+    from matplotlib.text import Text
+
+    from fedmc_flwr.analysis.sweep_plots import label_points
+
+    fig = Figure(figsize=(8, 5.5))
+    ax = fig.subplots()
+    xs = np.array([157.0, 157.5, 158.0, 158.5, 156.5, 157.2, 157.8, 159.0, 300, 620, 200, 150])
+    ys = np.array([0.170, 0.171, 0.168, 0.172, 0.169, 0.173, 0.167, 0.170, 0.36, 0.40, 0.10, 0.29])
+    names = [f"policy-number-{k}" for k in range(len(xs))]
+    ax.plot(xs, ys, "o")
+    fig.tight_layout()
+    labels = label_points(ax, names, xs, ys, ["black"] * len(xs))
+    fig.canvas.draw()  # places each label's text (and its line)
+    renderer = fig.canvas.get_renderer()
+    boxes = [Text.get_window_extent(label, renderer) for label in labels]  # the text alone
+    points = ax.transData.transform(np.column_stack([xs, ys]))
+    for i, box in enumerate(boxes):
+        assert not any(box.overlaps(other) for other in boxes[i + 1 :]), names[i]
+        assert not any(box.contains(x, y) for x, y in points), names[i]
+
+
+def test_a_band_over_two_seeds_stops_at_the_metrics_physical_bounds() -> None:
+    """Two training seeds far apart: the t-interval (mean ± 12.7 standard errors) would
+    reach below 0 ms and below a violation rate of 0; the band is cut there."""
+    from fedmc_flwr.analysis.sweep_plots import band_over_seeds
+
+    curves = pd.DataFrame(
+        {
+            "round": [1, 1],
+            "train_seed": [0, 1],
+            "client": ["a", "a"],
+            "latency_ms": [100.0, 300.0],
+            "slo_violation": [0.1, 0.9],
+            "reward": [-0.1, -2.0],
+        }
+    )
+    latency = band_over_seeds(curves, "latency_ms").iloc[0]
+    assert latency["mean"] == pytest.approx(200.0) and latency["low"] == 0.0
+    assert latency["high"] == pytest.approx(200.0 + 12.706204736 * 100.0)
+    violations = band_over_seeds(curves, "slo_violation").iloc[0]
+    assert (violations["low"], violations["high"]) == (0.0, 1.0)
+    assert band_over_seeds(curves, "reward").iloc[0]["high"] == 0.0

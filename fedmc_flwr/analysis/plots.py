@@ -1,9 +1,12 @@
 """Plots of any metrics.csv: how the learners' evaluation changes round by round.
 
-Learners (policies named `ppo-*`) are drawn as curves over rounds with their 95% bands;
-dispatchers do not learn, so each is one horizontal line at its mean over the rounds it
-was evaluated in. Only the `client="all"` evaluation rows are used: the mean over regions
-on held-out seeds, the figure every producer of metrics.csv writes.
+Learners (policies named `ppo-*`) are drawn as curves over rounds with their 95% bands,
+each in a colour and marker of its own (`learner_styles`). Dispatchers do not learn; a
+dozen flat lines in one band read as none, so they are shown as three labelled grey
+references (`dispatcher_references`): the baseline (SED), the best and the worst, which
+is named at the axis edge when it lies far off the learners' scale. Only the
+`client="all"` evaluation rows are used: the mean over regions on held-out seeds, the
+figure every producer of metrics.csv writes.
 
 Two curves with overlapping bands can still differ: every policy meets the same held-out
 worlds, so the honest comparison is paired. When per_seed.csv lies next to metrics.csv,
@@ -15,12 +18,15 @@ evaluation seeds; above 0 means better than the baseline.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
+
+from fedmc_flwr.metrics import METRICS
 
 PANELS = (
     ("reward", "reward_ci95", "mean reward per job (higher is better)", "reward.png"),
@@ -31,8 +37,105 @@ DEFAULT_BASELINES = ("sed", "two-tier")
 """Dispatchers the paired plot compares with when none are named (those present)."""
 
 
+LEARNER_COLOURS = ("C0", "C1", "C2", "C3", "C4", "C5", "C6", "C8", "C9")
+"""Matplotlib's tab10 without its grey, which only the dispatchers' references use."""
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "h", "*")
+LINESTYLES = ("-", "--", ":")
+HIGHER_IS_BETTER = {m.name: m.higher_is_better for m in METRICS} | {
+    m.csv_column: m.higher_is_better for m in METRICS
+}
+
+
+@dataclass(frozen=True)
+class Style:
+    """How one policy is drawn."""
+
+    color: str
+    marker: str
+    linestyle: str
+
+
+REFERENCE_STYLES = {
+    "baseline": Style("black", "", "--"),
+    "best dispatcher": Style("0.35", "", "-."),
+    "worst dispatcher": Style("0.55", "", ":"),
+}
+"""The dispatchers' references: greys, told apart by their line styles."""
+
+
 def _is_learner(policy: str) -> bool:
     return policy.startswith("ppo")
+
+
+def learner_styles(learners: Sequence[str]) -> dict[str, Style]:
+    """A colour and a marker of its own for each learner, given in name order so that a
+    learner looks the same in every figure; past nine learners the colours come round
+    again with the next line style, so no two learners are drawn alike."""
+    names = sorted(set(learners))
+    return {
+        name: Style(
+            LEARNER_COLOURS[k % len(LEARNER_COLOURS)],
+            MARKERS[k % len(MARKERS)],
+            LINESTYLES[(k // len(LEARNER_COLOURS)) % len(LINESTYLES)],
+        )
+        for k, name in enumerate(names)
+    }
+
+
+def dispatcher_references(
+    levels: pd.Series, baseline: str | None, higher_is_better: bool
+) -> list[tuple[str, str, float]]:
+    """(policy, role, level) of the dispatchers worth a line: `baseline` when present,
+    then the best and the worst of `levels` (policy -> level) unless one is the baseline."""
+    if levels.empty:
+        return []
+    ordered = levels.sort_values(ascending=not higher_is_better)
+    chosen = {}
+    if baseline in levels.index:
+        chosen[baseline] = "baseline"
+    for policy, role in (
+        (ordered.index[0], "best dispatcher"),
+        (ordered.index[-1], "worst dispatcher"),
+    ):
+        chosen.setdefault(str(policy), role)
+    return [(policy, role, float(levels[policy])) for policy, role in chosen.items()]
+
+
+def draw_references(
+    ax: Axes,
+    levels: pd.Series,
+    baseline: str | None,
+    higher_is_better: bool,
+    around: tuple[float, float] | None,
+) -> None:
+    """A labelled line for each of `dispatcher_references`. The view spans `around` (the
+    learners' extent; None when there are none), the baseline and the best dispatcher; a
+    worst dispatcher far below them (random, say) is named at the axis edge with its level,
+    so that it does not flatten every curve into one line."""
+    references = dispatcher_references(levels, baseline, higher_is_better)
+    if not references:
+        return
+    kept = [level for _, role, level in references if around is None or role != "worst dispatcher"]
+    low, high = min([*kept, *(around or ())]), max([*kept, *(around or ())])
+    pad = 0.08 * (high - low) if high > low else 0.05 * abs(high) or 0.05
+    low, high = low - pad, high + pad
+    for policy, role, level in references:
+        style = REFERENCE_STYLES[role]
+        label = f"{policy} ({role})"
+        if low <= level <= high:
+            ax.axhline(level, color=style.color, ls=style.linestyle, lw=1.2, label=label)
+            continue
+        below = level < low
+        ax.annotate(
+            f"{'↓' if below else '↑'} {label}: {level:.4g}, off the scale",
+            xy=(0.99, 0.02 if below else 0.98),
+            xycoords="axes fraction",
+            ha="right",
+            va="bottom" if below else "top",
+            fontsize=7,
+            color=style.color,
+        )
+    ax.set_ylim(low, high)
 
 
 def _eval_rows(csv_path: Path) -> pd.DataFrame:
@@ -48,50 +151,74 @@ def _eval_rows(csv_path: Path) -> pd.DataFrame:
     return rows.sort_values("round")
 
 
-def _panel(rows: pd.DataFrame, column: str, ci: str | None, label: str, title: str) -> Figure:
+def metric_panel(
+    rows: pd.DataFrame, column: str, ci: str | None, label: str, title: str, baseline: str | None
+) -> Figure:
+    """One metric of `client="all"` evaluation rows per round: each learner's curve (and
+    its `ci` band) in its own style, the dispatchers as `draw_references` with `baseline`."""
     # A bare Figure (no pyplot): no GUI backend, no global figure registry to leak into.
     fig = Figure(figsize=(7, 4.2))
     ax = fig.subplots()
     rounds = sorted(rows["round"].unique())
     span = (min(rounds) - 0.2, max(rounds) + 0.2)
-    for k, (policy, group) in enumerate(rows.groupby("policy", sort=False)):
-        color = f"C{k % 10}"
-        if _is_learner(policy):
-            ax.plot(group["round"], group[column], "o-", color=color, lw=2, label=policy)
-            if ci is not None and group[ci].notna().any():
-                ax.fill_between(
-                    group["round"],
-                    group[column] - group[ci],
-                    group[column] + group[ci],
-                    color=color,
-                    alpha=0.2,
-                )
-        else:
-            ax.hlines(
-                group[column].mean(), *span, colors=color, linestyles="--", lw=1, label=policy
+    learners = rows[rows["policy"].map(_is_learner)]
+    styles = learner_styles(learners["policy"])
+    for policy, group in learners.groupby("policy", sort=True):
+        style = styles[policy]
+        ax.plot(
+            group["round"],
+            group[column],
+            color=style.color,
+            marker=style.marker,
+            ls=style.linestyle,
+            lw=2,
+            label=policy,
+        )
+        if ci is not None and group[ci].notna().any():
+            ax.fill_between(
+                group["round"],
+                group[column] - group[ci],
+                group[column] + group[ci],
+                color=style.color,
+                alpha=0.2,
             )
+    dispatchers = rows[~rows["policy"].map(_is_learner)].groupby("policy")[column].mean()
+    around = None
+    if not learners.empty:
+        spread = learners[ci].fillna(0) if ci is not None else 0
+        values = pd.concat([learners[column] - spread, learners[column] + spread])
+        around = (float(values.min()), float(values.max()))
+    draw_references(ax, dispatchers, baseline, HIGHER_IS_BETTER[column], around)
     return _finish(fig, ax, label, title, span)
 
 
 def _paired_panel(diffs: dict[str, pd.DataFrame], title: str) -> Figure:
     fig = Figure(figsize=(7, 4.2))
     ax = fig.subplots()
-    k = 0
     rounds: set[int] = set()
-    for baseline, frame in diffs.items():
-        for policy, group in frame.groupby("policy", sort=True):
-            color = f"C{k % 10}"
-            k += 1
-            rounds |= set(group["round"])
-            label = f"{policy} - {baseline}"
-            ax.plot(group["round"], group["mean"], "o-", color=color, lw=2, label=label)
-            ax.fill_between(
-                group["round"],
-                group["mean"] - group["half_width"],
-                group["mean"] + group["half_width"],
-                color=color,
-                alpha=0.2,
-            )
+    pairs = [(b, p, g) for b, frame in diffs.items() for p, g in frame.groupby("policy", sort=True)]
+    # one style per (learner, baseline) line: the pairs are many "learners" of their own
+    styles = learner_styles([f"{policy} - {baseline}" for baseline, policy, _ in pairs])
+    for baseline, policy, group in pairs:
+        label = f"{policy} - {baseline}"
+        style = styles[label]
+        rounds |= set(group["round"])
+        ax.plot(
+            group["round"],
+            group["mean"],
+            color=style.color,
+            marker=style.marker,
+            ls=style.linestyle,
+            lw=2,
+            label=label,
+        )
+        ax.fill_between(
+            group["round"],
+            group["mean"] - group["half_width"],
+            group["mean"] + group["half_width"],
+            color=style.color,
+            alpha=0.2,
+        )
     span = (min(rounds) - 0.2, max(rounds) + 0.2)
     ax.axhline(0.0, color="black", lw=1)
     ylabel = "paired difference in reward per job\n(> 0: learner better; 95% CI)"
@@ -136,7 +263,8 @@ def plot_metrics(
 ) -> list[Path]:
     """Draw the reward and latency curves of `csv_path` into `out_dir` (default: its
     `plots/` folder), and, when per_seed.csv is next to it and has learners, the paired
-    differences against `baselines` (`paired.png`); return the PNG paths."""
+    differences against `baselines` (`paired.png`); return the PNG paths. The first of
+    `baselines` (default SED) is the dispatchers' labelled baseline."""
     from fedmc_flwr.results import PER_SEED_FILE
 
     csv_path = Path(csv_path)
@@ -144,9 +272,11 @@ def plot_metrics(
     out_dir = csv_path.parent / "plots" if out_dir is None else Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     experiment = str(rows["experiment"].iloc[0]) if "experiment" in rows else csv_path.stem
+    reference = (baselines or DEFAULT_BASELINES)[0]
     paths = []
     for column, ci, label, name in PANELS:
-        fig = _panel(rows, column, ci, label, f"{experiment}: held-out evaluation, all regions")
+        title = f"{experiment}: held-out evaluation, all regions"
+        fig = metric_panel(rows, column, ci, label, title, reference)
         path = out_dir / name
         fig.savefig(path, dpi=120, bbox_inches="tight")
         paths.append(path)
