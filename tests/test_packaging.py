@@ -246,4 +246,4 @@ def test_fedmc_export_without_onnx_prints_one_line_and_exits_1(
     )
     err = capsys.readouterr().err
     assert code == 1 and err.count("\n") == 1, err
-    assert err.startswith("fedmc: fedmc export needs onnx") and "[hooks]" in err
+    assert err.startswith("fedmc export: exporting a policy needs onnx") and "[hooks]" in err

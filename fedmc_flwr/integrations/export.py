@@ -44,7 +44,7 @@ from fedmc_flwr.sim.signals import build_spec
 OPSET = 17
 """ONNX opset of the exported graph (onnxruntime has served it since 1.12)."""
 
-onnx = require("onnx", "fedmc export")
+onnx = require("onnx", "exporting a policy")
 TensorProto, helper, numpy_helper = onnx.TensorProto, onnx.helper, onnx.numpy_helper
 
 
