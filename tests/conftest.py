@@ -98,6 +98,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     for supernodes in (2, 1):
         results = tmp_path_factory.mktemp(f"results{supernodes}")
         homes = tmp_path_factory.mktemp(f"home{supernodes}")
-        assert run_isolated(homes, [f"results_dir={results}"], supernodes, TINY) == 0
+        console = results / "console.txt"  # what `fedmc run` printed (test_console)
+        overrides = [f"results_dir={results}"]
+        code = run_isolated(homes, overrides, supernodes, TINY, console=console)
+        assert code == 0, console.read_text()[-4000:]
         outs.append(results / "tiny_federation")
     return outs
