@@ -48,7 +48,6 @@ def test_flower_drops_what_does_not_apply_and_colours_nothing_under_no_color(
     console.quiet_flower()  # twice, as two app modules in one process do
     log(logging.INFO, "Starting evaluation of initial global parameters")
     log(logging.INFO, "Evaluation returned no results (`None`)")
-    log(logging.WARNING, "Manually terminating %s", "ClientAppActor")
     log(logging.INFO, "round %d/%d done", 1, 2)
     text = flower_console.getvalue()
     assert "\x1b" not in text
@@ -75,7 +74,7 @@ def test_rays_accelerator_warning_is_ignored() -> None:
     assert [str(w.message) for w in caught] == ["another FutureWarning"]
 
 
-PREAMBLE_LINES = [
+STREAM = [
     "\x1b[92mINFO \x1b[0m:      Starting Flower Simulation\n",
     "\x1b[93mWARNING \x1b[0m:   Since flwr 1.32, default simulated SuperNodes changed from"
     " 10 to 2.\n",
@@ -83,19 +82,21 @@ PREAMBLE_LINES = [
     "\x1b[92mINFO \x1b[0m:      \tflwr federation simulation-config @none/default <superlink>"
     " --num-supernodes <N>\n",
     "\x1b[36m(ClientAppActor pid=7)\x1b[0m round 1/2: us-east1 trained in 3 s\n",
+    "\x1b[36m(ClientAppActor pid=8)\x1b[0m \x1b[93mWARNING \x1b[0m:   Manually terminating"
+    " ClientAppActor\n",
 ]
 
 
-def test_the_relay_drops_the_preamble_and_strips_colour_off_a_terminal() -> None:
+def test_the_relay_drops_what_does_not_apply_and_strips_colour_off_a_terminal() -> None:
     out = io.StringIO()
-    console.relay(PREAMBLE_LINES, out, tty=False)
+    console.relay(STREAM, out, tty=False)
     assert out.getvalue() == (
         "INFO :      Starting Flower Simulation\n"
         "(ClientAppActor pid=7) round 1/2: us-east1 trained in 3 s\n"
     )
     coloured = io.StringIO()
-    console.relay(PREAMBLE_LINES, coloured, tty=True)
-    assert coloured.getvalue() == PREAMBLE_LINES[0] + PREAMBLE_LINES[4]
+    console.relay(STREAM, coloured, tty=True)
+    assert coloured.getvalue() == STREAM[0] + STREAM[4]
 
 
 def test_plain_env_only_off_a_terminal() -> None:

@@ -1,17 +1,19 @@
 """A quiet console: Flower's and Ray's output without the lines that do not apply here,
 and without colour codes where the output is not a terminal.
 
-Two places, because Flower prints from processes this package runs code in and from
-processes it does not:
+Two places, because Flower prints from processes that load this package and from
+processes that never do:
 
-- In the ServerApp and ClientApp processes (`quiet_flower`, called when their modules are
-  imported): Flower's console handler drops the records in `DROPPED`, and colours nothing
+- In the processes that load the ServerApp or the ClientApp module (the simulation
+  process loads both, before it starts Ray), `quiet_flower` runs when the module is
+  imported: Flower's console handler drops the records in `DROPPED`, and colours nothing
   under `NO_COLOR` (no-color.org), which `fedmc run` sets for Flower's processes when its
   own output is not a terminal (`plain_env`, with Ray's `RAY_COLOR_PREFIX=0` for the
   prefix of the actors' lines); Ray's accelerator `FutureWarning` is ignored there too.
-- In `fedmc run`'s copy of the run's log stream (`relay`): the lines that Flower's
-  simulation process logs before it loads the app (`PREAMBLE`), and the colour codes of
-  the processes that never load it (the simulation's first lines, the `flwr` CLI's own).
+- In `fedmc run`'s copy of the run's log stream (`relay`): the lines in `RELAY_DROPPED`,
+  which Flower logs before the app is loaded or from Ray actors that may never load it,
+  and the colour codes of the processes that never load it (the simulation's first
+  lines, the `flwr` CLI's own).
 
 docs/design.md ("Console") says why dropping each of them is safe.
 """
@@ -30,15 +32,15 @@ from flwr.common.logger import FLOWER_LOGGER, ConsoleHandler
 DROPPED = (
     "Starting evaluation of initial global parameters",
     "Evaluation returned no results (`None`)",
-    "Manually terminating %s",
 )
 """Flower's log messages (their templates) that `quiet_flower` drops."""
-PREAMBLE = (
+RELAY_DROPPED = (
     "Since flwr 1.32, default simulated SuperNodes changed from 10 to 2.",
     "To change federation size, use the following command:",
     "flwr federation simulation-config ",
+    "Manually terminating ClientAppActor",
 )
-"""How the lines start (after the level) that `relay` drops from the log stream."""
+"""How the lines start (after the level and an actor's prefix) that `relay` drops."""
 RAY_FUTURE_WARNING = "Tip: In future versions of Ray, Ray will no longer override accelerator"
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 LEVEL = re.compile(r"^(?:\([^)]*\) )?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s*:\s*")
@@ -72,11 +74,11 @@ def quiet_flower() -> None:
 def keep(line: str) -> bool:
     """Whether `relay` passes a log-stream line on."""
     message = LEVEL.sub("", ANSI.sub("", line)).strip()
-    return not message.startswith(PREAMBLE)
+    return not message.startswith(RELAY_DROPPED)
 
 
 def relay(lines: Iterable[str], out: IO[str], tty: bool) -> None:
-    """Copy a run's log stream to `out` as it comes, without `PREAMBLE`'s lines, and
+    """Copy a run's log stream to `out` as it comes, without `RELAY_DROPPED`'s lines, and
     without colour codes unless `out` is a terminal (`tty`)."""
     for line in lines:
         if keep(line):
