@@ -98,6 +98,8 @@ PER_SEED_FILE = "per_seed.csv"
 
 CHECKPOINTS = "checkpoints"
 """The folder of a run's saved policies (`fedmc_flwr.policies.checkpoints`)."""
+BOARD_DIR = "tb"
+"""The folder of a run's TensorBoard event files (`fedmc_flwr.tracking`)."""
 
 PHASES = ("train", "eval", "failed")
 """`failed` rows name a region that was left out of a round's training or evaluation."""
@@ -112,6 +114,7 @@ EXPERIMENT_FILES = (
     CHECKPOINTS,
     "clients",
     "plots",
+    BOARD_DIR,
 )
 """What a run writes into its experiment directory (and `--overwrite` removes)."""
 

@@ -114,6 +114,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
             homes = results.parent / "home"
             shutil.rmtree(results, ignore_errors=True)  # what a failed attempt left
             homes.mkdir(parents=True, exist_ok=True)
-            assert run_isolated(homes, [f"results_dir={results}"], supernodes, TINY) == 0
+            console = results / "console.txt"  # what `fedmc run` printed (test_console)
+            overrides = [f"results_dir={results}"]
+            code = run_isolated(homes, overrides, supernodes, TINY, console=console)
+            assert code == 0, console.read_text()[-4000:]
             finished.touch()
     return outs

@@ -1,14 +1,16 @@
 """Real Flower runs for the tests: run_federation with a private Flower home, checked to
-leave no process behind."""
+leave no process behind, its console optionally redirected to a file."""
 
 from __future__ import annotations
 
 import tempfile
+from contextlib import nullcontext
 from pathlib import Path
 
 import psutil
 from conftest import TINY
 
+from fedmc_flwr.experiments.sweep import _output_to
 from fedmc_flwr.federation.runner import Engine, run_federation
 
 
@@ -34,11 +36,15 @@ def run_isolated(
     config: Path = TINY,
     on_existing: str = "refuse",
     engine: Engine | None = None,
+    console: Path | None = None,
 ) -> int:
-    """run_federation with its private Flower home under `homes`; no process may outlive it."""
+    """run_federation with its private Flower home under `homes`; no process may outlive it.
+    With `console`, everything it and its children print (file descriptors 1 and 2 too)
+    goes to that file, as when `fedmc run` is redirected."""
     previous, tempfile.tempdir = tempfile.tempdir, str(homes)
     try:
-        code = run_federation(config, overrides, supernodes, on_existing, engine)
+        with _output_to(console) if console else nullcontext():
+            code = run_federation(config, overrides, supernodes, on_existing, engine)
     finally:
         tempfile.tempdir = previous
     assert processes_with_env(f"FLWR_HOME={homes}") == [], "Flower processes left running"

@@ -6,6 +6,7 @@ import csv
 
 import pytest
 from conftest import SMALL_DEMO, TINY_WORLD
+from test_tracking import CLEANRL_TAGS, HELD_OUT_TAGS, read_board
 
 from fedmc_flwr.cli import main
 from fedmc_flwr.config import ExperimentConfig, load_config
@@ -29,6 +30,18 @@ SHORT_TRAINING = [
 
 def tiny(tmp_path, name: str = "tiny") -> ExperimentConfig:
     return load_config(SMALL_DEMO, [*SHORT_TRAINING, f"name={name}", f"results_dir={tmp_path}"])
+
+
+def mine_all(rows: list[dict], policy: str, rnd: int) -> dict:
+    """The learner's held-out row over all regions in round `rnd` of metrics.csv."""
+    return next(
+        r
+        for r in rows
+        if r["round"] == str(rnd)
+        and r["phase"] == "eval"
+        and r["policy"] == policy
+        and r["client"] == "all"
+    )
 
 
 def read(path) -> list[dict]:
@@ -80,6 +93,22 @@ def test_train_writes_the_tidy_rows_and_checkpoints(tmp_path, mode: str) -> None
         for client, group in mine.groupby("client"):
             assert group["reward"].mean() == pytest.approx(float(evals[client]["reward"]))
     assert set(per_seed["train_seed"]) == {0} and set(per_seed["experiment"]) == {"tiny"}
+
+    # TensorBoard: each learner's PPO updates (rollouts of 16 steps per env), the held-out
+    # metrics per region and over all, at the steps per_seed.csv says were trained so far.
+    board = read_board(path.parent / "tb")
+    assert set(board) == {"us-east1", "europe-west9", "all"}
+    learners = {"all"} if mode == "centralised" else {"us-east1", "europe-west9"}
+    for run, tags in board.items():
+        assert set(tags) == HELD_OUT_TAGS | (CLEANRL_TAGS if run in learners else set())
+        assert [step for step, _ in tags["heldout/reward"]] == [256, 512]
+    # 4 updates a round for the centralised learner, 2 for each local one, side by side
+    updates = [64 * k for k in range(1, 9)] if mode == "centralised" else [128, 256, 384, 512]
+    for learner in learners:
+        assert [step for step, _ in board[learner]["losses/value_loss"]] == updates
+    for step, value in board["all"]["heldout/reward"]:
+        expected = float(mine_all(rows, policy, step // 256)["reward"])
+        assert value == pytest.approx(expected, rel=1e-6)
 
 
 def test_budgets_are_matched(tmp_path) -> None:

@@ -15,6 +15,11 @@ hyperparameters it then sees the same environment steps and makes the same numbe
 gradient updates as the regions together, and its learning rate anneals over its own
 planned steps. The steps each policy was trained on so far are in the `steps` column of
 the train rows and the `train_steps` column of per_seed.csv.
+
+TensorBoard's event files go to the experiment's `tb/` (`fedmc_flwr.tracking`): each
+learner's PPO updates in the run of its metrics.csv client (`all` for the centralised
+learner, a region's name for a local one), each round's held-out metrics per region and
+over all regions, all on the axis of the environment steps trained so far.
 """
 
 from __future__ import annotations
@@ -32,11 +37,13 @@ from fedmc_flwr.evaluation import (
     per_seed_rows,
     summary_rows,
 )
+from fedmc_flwr.federation.progress import duration
 from fedmc_flwr.policies.checkpoints import learner_checkpoint
 from fedmc_flwr.policies.ppo import ROUND_METRICS, PPOLearner
 from fedmc_flwr.results import TIMING_COLUMNS, MetricsWriter, experiment_dir, per_seed_writer
 from fedmc_flwr.seeds import learner_seed
 from fedmc_flwr.sim.signals import region_catalogue
+from fedmc_flwr.tracking import Board
 
 MODES = ("centralised", "local")
 
@@ -106,14 +113,19 @@ def train(cfg: ExperimentConfig, mode: str, *, overwrite: bool = True) -> Path:
     )
     learner_rows: list[dict] = []
     train_steps = 0
+    board = Board(out)
     for rnd in range(1, cfg.train.rounds + 1):
+        round_start = time.perf_counter()
+        trained: dict[str, list[dict[str, float]]] = {}
+        round_steps = 0
         for client, learner in learners.items():
             start = time.perf_counter()
             stats = learner.train_round(steps_per_env)
             wall = time.perf_counter() - start
             row = {**key, "round": rnd, "phase": "train", "client": client, "policy": policy}
             steps = int(stats["env_steps"])
-            train_steps += steps
+            round_steps += steps
+            trained[client] = learner.updates
             metrics.write([{**row, "steps": steps, **{k: stats[k] for k in ROUND_METRICS}}])
             timing.write(
                 [
@@ -130,6 +142,9 @@ def train(cfg: ExperimentConfig, mode: str, *, overwrite: bool = True) -> Path:
                 f"train reward {stats['reward']:.4f}  entropy {stats['entropy']:.3f}  "
                 f"SPS {stats['steps_per_second']:,.0f}"
             )
+        for client, updates in trained.items():
+            board.updates(client, updates, train_steps, round_steps)
+        train_steps += round_steps
         start = time.perf_counter()
         evaluated = _evaluate_learners(cfg, learners, policy)
         wall = time.perf_counter() - start
@@ -152,10 +167,16 @@ def train(cfg: ExperimentConfig, mode: str, *, overwrite: bool = True) -> Path:
                 }
             ]
         )
+        board.heldout(learner_rows, train_steps)
+        board.flush()
+        took = time.perf_counter() - round_start
+        left = cfg.train.rounds - rnd
         print(
-            f"[{policy}] round {rnd}/{cfg.train.rounds} held-out reward "
+            f"[{policy}] round {rnd}/{cfg.train.rounds} done in {duration(took)}: held-out reward "
             + with_ci(overall["reward"], overall["reward_ci95"])
+            + (f", about {duration(took * left)} left" if left else "")
         )
+    board.close()
     for client, learner in learners.items():
         name = policy if client == "all" else f"{policy}-{client}"
         learner.save(learner_checkpoint(out, name))

@@ -36,6 +36,7 @@ from omegaconf import OmegaConf
 from fedmc_flwr.config import ExperimentConfig
 from fedmc_flwr.evaluation import EvalResult, evaluate
 from fedmc_flwr.federation import faults, wire
+from fedmc_flwr.federation.console import quiet_flower
 from fedmc_flwr.federation.wire import policy_name
 from fedmc_flwr.policies.checkpoints import round_file, saved_rounds
 from fedmc_flwr.policies.moments import MOMENT_ARRAYS
@@ -44,6 +45,7 @@ from fedmc_flwr.seeds import learner_seed
 from fedmc_flwr.sim.signals import region_catalogue
 
 torch.set_num_threads(1)
+quiet_flower()  # this module is loaded in every ClientApp process: its console
 
 Weights = list[np.ndarray]
 KEPT_STATES = 2
@@ -73,8 +75,9 @@ def forget_earlier_runs(state_dir: Path, cfg: ExperimentConfig, region: int) -> 
 
 def train_region(
     cfg: ExperimentConfig, region: int, weights: Weights, server_round: int, state_dir: Path
-) -> tuple[Weights, dict[str, float]]:
-    """One round of local PPO from the global `weights`; the learner's state carries over.
+) -> tuple[Weights, dict[str, Scalar]]:
+    """One round of local PPO from the global `weights`; the learner's state carries over,
+    and the round's means come back with each PPO update's diagnostics (`wire.updates_metrics`).
 
     Round 1 starts a fresh learner (`forget_earlier_runs` has cleared the region's folder);
     later rounds resume the newest state saved before this round (see the module
@@ -88,7 +91,10 @@ def train_region(
         learner.load(round_file(folder, earlier[-1]))
     learner.set_weights(weights)
     start = time.perf_counter()
-    stats = learner.train_round(cfg.train.steps_per_round, proximal_mu=cfg.federation.proximal_mu)
+    stats: dict[str, Scalar] = {
+        **learner.train_round(cfg.train.steps_per_round, proximal_mu=cfg.federation.proximal_mu),
+        **wire.updates_metrics(learner.updates),
+    }
     stats["wall_time_s"] = time.perf_counter() - start
     path = round_file(folder, server_round)
     partial = path.with_name(path.name + ".partial")

@@ -1,5 +1,6 @@
 """What the server keeps of each round: metrics.csv, per_seed.csv and timing.csv rows,
-a checkpoint, and the run's progress and status.
+a checkpoint, TensorBoard events, and the run's progress and status; and what the console
+says of it (`progress.RoundProgress`).
 
 Rows are written the moment a round's training or evaluation is aggregated, so a run
 that dies keeps every finished round; `progress.json` names the last round whose training
@@ -13,6 +14,11 @@ rows compare like with like on their own, while their per_seed.csv rows are writ
 as round 0 (they do not train, so every round's values would be the same). The global
 policy's per-seed rows are written every round, with the environment steps trained on so
 far, summed over the regions.
+
+TensorBoard (`tracking.Board`, in `tb/`) gets what the regions already report: each
+region's PPO updates, from its training reply, and the global policy's held-out metrics per
+region and over all regions, from the evaluation replies. Clients never write it: in the
+simulation engine they are Ray actors, in the deployment engine processes on other nodes.
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ import numpy as np
 from fedmc_flwr.config import ExperimentConfig
 from fedmc_flwr.evaluation import EvalResult, evaluate_dispatchers, per_seed_rows, summary_rows
 from fedmc_flwr.federation.aggregation import RegionUpdate, Weights
-from fedmc_flwr.federation.wire import policy_name
+from fedmc_flwr.federation.progress import RoundProgress
+from fedmc_flwr.federation.wire import policy_name, updates_of
 from fedmc_flwr.policies.checkpoints import round_checkpoint, write_weights
 from fedmc_flwr.policies.ppo import ROUND_METRICS
 from fedmc_flwr.results import (
@@ -36,6 +43,7 @@ from fedmc_flwr.results import (
     TIMING_COLUMNS,
     MetricsWriter,
 )
+from fedmc_flwr.tracking import Board
 
 PROGRESS_FILE = "progress.json"
 STATUS_FILE = "status.json"
@@ -88,6 +96,8 @@ class RunRecorder:
             self.per_seed.write(per_seed_rows(dispatchers, region_names, **key))
         self.train_steps = resume_steps or 0
         """Environment steps the global policy was trained on so far, over all regions."""
+        self.board = Board(out_dir, purge_from=resume_steps)
+        self.progress = RoundProgress(cfg.train.rounds, region_names)
         write_json(out_dir / STATUS_FILE, {"state": "running"})
 
     def _seed_key(self, server_round: int, train_steps: int) -> dict[str, object]:
@@ -121,6 +131,10 @@ class RunRecorder:
                 }
             )
         total = sum(u.num_examples for u in updates)
+        for u in updates:
+            self.board.updates(
+                self.region_names[u.region], updates_of(u.metrics), self.train_steps, total
+            )
         self.train_steps += total
         rows.append(
             {"client": "all", "policy": self.policy, "steps": total, **_train_mean(updates)}
@@ -154,11 +168,17 @@ class RunRecorder:
             for region, why in failed.items()
         )
 
+    def on_reply(self, server_round: int, phase: str, regions: list[int], wall_s: float) -> None:
+        """A client's reply for `regions` arrived, `wall_s` seconds after it was asked."""
+        self.progress.reply(server_round, phase, regions, wall_s)
+
     def on_abort(self, reason: str) -> None:
         write_json(self.out_dir / STATUS_FILE, {"state": "failed", "reason": reason})
+        self.board.close()
 
     def on_evaluate(self, server_round: int, results: list[EvalResult], wall_s: float) -> None:
-        rows = summary_rows(results, self.region_names) + self.dispatcher_rows
+        learner_rows = summary_rows(results, self.region_names)
+        rows = learner_rows + self.dispatcher_rows
         self.metrics.write(self._keyed(server_round, "eval", r) for r in rows)
         key = self._seed_key(server_round, self.train_steps)
         self.per_seed.write(per_seed_rows(results, self.region_names, **key))
@@ -178,9 +198,14 @@ class RunRecorder:
                 )
             ]
         )
+        self.board.heldout(learner_rows, self.train_steps)
+        self.board.flush()  # before the round counts as completed: a resumed run keeps it
         write_json(
             self.out_dir / PROGRESS_FILE,
             {"completed_round": server_round, "train_steps": self.train_steps},
         )
+        overall = next(row for row in learner_rows if row["client"] == "all")
+        self.progress.round_done(server_round, float(overall["reward"]), len(results))
         if server_round == self.cfg.train.rounds:
             write_json(self.out_dir / STATUS_FILE, {"state": "completed"})
+            self.board.close()

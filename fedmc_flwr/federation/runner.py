@@ -6,7 +6,8 @@ and its exit code is 0 even when the run failed. So this runner owns the whole l
 a private Flower home (temporary), the engine's processes started from the project root
 (a SuperLink of its own on a free port; for the deployment engine, its SuperNodes too:
 `federation.deployment`), runtime dependency installation, telemetry and update checks
-off, the run's log streamed to the terminal, the run's final status read from `flwr list`
+off, the run's log streamed to the terminal (quietly: `console`), the run's final status
+read from `flwr list`
 (only `finished:completed` is a success), and every process the engine started, and
 everything they spawned (SuperExec, the simulation, Ray, ClientApp processes), stopped by
 PID at the end, on failure, on Ctrl-C and at the deadline alike; and when the runner
@@ -27,6 +28,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -40,6 +42,7 @@ import pandas as pd
 from fedmc_flwr.analysis.plots import plot_metrics
 from fedmc_flwr.analysis.tables import PAIRED_BASELINES, format_table, paired_against
 from fedmc_flwr.config import ConfigError, ExperimentConfig, load_config, to_yaml
+from fedmc_flwr.federation.console import plain_env, relay
 from fedmc_flwr.federation.processes import FlowerProcesses, owner_token, stop_stale
 from fedmc_flwr.federation.recorder import STATUS_FILE
 from fedmc_flwr.federation.resume import resume_point
@@ -197,6 +200,25 @@ def last_round_table(csv_path: Path) -> str:
     return f"round {last}, held-out evaluation, mean over regions:\n{table}{note}"
 
 
+def _stream_log(
+    processes: FlowerProcesses, run_id: str, env: dict[str, str], cwd: Path, tty: bool
+) -> tuple[subprocess.Popen, threading.Thread]:
+    """`flwr log --stream` of the run, relayed line by line to this process's stdout
+    (`console.relay`) by a thread that ends with the stream."""
+    stream = processes.start(
+        [str(BIN / "flwr"), "log", run_id, CONNECTION, "--stream"],
+        env={**env, "PYTHONUNBUFFERED": "1"},
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+    )
+    relaying = threading.Thread(target=relay, args=(stream.stdout, sys.stdout, tty), daemon=True)
+    relaying.start()
+    return stream, relaying
+
+
 def _failure(out: Path) -> str:
     """Why the run stopped, as the ServerApp recorded it, if it did."""
     try:
@@ -261,7 +283,9 @@ def run_federation(
     deadline = time.monotonic() + (cfg.federation.deadline_s or float("inf"))
     with tempfile.TemporaryDirectory(prefix="fedmc-flwr-") as tmp, _sigterm_as_interrupt():
         home = Path(tmp)
-        env = flower_env(home)
+        tty = sys.stdout.isatty()
+        env = {**flower_env(home), **plain_env(tty)}
+        relaying: threading.Thread | None = None
         try:
             processes.guard()
             engine.start(processes, env, home, root, out)
@@ -294,12 +318,12 @@ def run_federation(
                 f"{engine.describe()}, {cfg.train.rounds} rounds",
                 flush=True,
             )
-            stream = processes.start(
-                [str(BIN / "flwr"), "log", run_id, CONNECTION, "--stream"], env=env, cwd=root
-            )
+            stream, relaying = _stream_log(processes, run_id, env, root, tty)
             status = _final_status(run_id, env, root, processes, stream, deadline)
         finally:
             processes.stop()
+            if relaying is not None:
+                relaying.join(timeout=POLL_S)
     if status == "deadline":
         print(
             f"fedmc: federation.deadline_s ({cfg.federation.deadline_s:g} s) reached; every "

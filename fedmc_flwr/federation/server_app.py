@@ -41,6 +41,7 @@ from flwr.server import ServerApp, ServerAppComponents, ServerConfig
 
 from fedmc_flwr.config import ExperimentConfig, load_config, to_yaml
 from fedmc_flwr.errors import InputError
+from fedmc_flwr.federation.console import quiet_flower
 from fedmc_flwr.federation.processes import token_alive
 from fedmc_flwr.federation.recorder import RunRecorder
 from fedmc_flwr.federation.resume import prepare_experiment
@@ -48,6 +49,8 @@ from fedmc_flwr.federation.strategy import RegionStrategy, RoundFailed
 from fedmc_flwr.policies.ppo import STATISTICS, PPOLearner
 from fedmc_flwr.seeds import learner_seed
 from fedmc_flwr.sim.signals import region_catalogue
+
+quiet_flower()  # this module is loaded in the ServerApp process: its console
 
 APP_DIR = Path(__file__).resolve().parents[2]
 """The app's root (the installed FAB copy under `flwr run`), where `conf/` lives."""

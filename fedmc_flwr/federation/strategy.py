@@ -7,7 +7,12 @@ the aggregation rule refuses (`aggregation.screen`: each a failed region with it
 builds the next global weights from the rest (`aggregation.aggregate`), and hands the
 round to a `RoundRecorder` (metrics rows, failure rows, checkpoints, progress). A round
 with fewer than `federation.min_regions` healthy regions stops the run with a
-`RoundFailed` naming them.
+`RoundFailed` naming them. Each client is asked through a `ReportingProxy`, so the
+recorder hears of every reply as it arrives, not only when the round's last one is in.
+
+The regions evaluate the global policy themselves; the strategy hands Flower no loss for
+it (Flower would print it as a "loss" history that is only the negative reward), and no
+centralised evaluation (`evaluate` returns None).
 
 Rounds are numbered from `first_round`, so a resumed run continues its own numbering while
 Flower counts from 1 again. When `owner_alive` says the process that started the run is
@@ -18,17 +23,24 @@ of training on for nobody.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from logging import WARNING
 from typing import Protocol
 
 import numpy as np
 from flwr.common import (
+    Code,
+    DisconnectRes,
     EvaluateIns,
     EvaluateRes,
     FitIns,
     FitRes,
+    GetParametersIns,
+    GetParametersRes,
+    GetPropertiesIns,
+    GetPropertiesRes,
     Parameters,
+    ReconnectIns,
     Scalar,
     ndarrays_to_parameters,
     parameters_to_ndarrays,
@@ -68,7 +80,56 @@ class RoundRecorder(Protocol):
 
     def on_evaluate(self, server_round: int, results: list[EvalResult], wall_s: float) -> None: ...
 
+    def on_reply(self, server_round: int, phase: str, regions: list[int], wall_s: float) -> None:
+        """A client's reply for `regions` arrived, `wall_s` seconds after it was asked."""
+
     def on_abort(self, reason: str) -> None: ...
+
+
+class ReportingProxy(ClientProxy):
+    """A client proxy that passes every call on and reports each successful fit and
+    evaluate reply to `on_reply(phase, metrics, wall_s)` the moment it arrives (Flower
+    collects a round's replies before the strategy sees any)."""
+
+    def __init__(
+        self, proxy: ClientProxy, on_reply: Callable[[str, Mapping[str, Scalar], float], None]
+    ) -> None:
+        super().__init__(proxy.cid)
+        self.proxy = proxy
+        if hasattr(proxy, "node_id"):
+            self.node_id = proxy.node_id
+        self._on_reply = on_reply
+
+    def get_properties(
+        self, ins: GetPropertiesIns, timeout: float | None, group_id: int | None
+    ) -> GetPropertiesRes:
+        return self.proxy.get_properties(ins, timeout, group_id)
+
+    def get_parameters(
+        self, ins: GetParametersIns, timeout: float | None, group_id: int | None
+    ) -> GetParametersRes:
+        return self.proxy.get_parameters(ins, timeout, group_id)
+
+    def fit(self, ins: FitIns, timeout: float | None, group_id: int | None) -> FitRes:
+        start = time.perf_counter()
+        res = self.proxy.fit(ins, timeout, group_id)
+        if res.status.code == Code.OK:
+            self._on_reply("trained", res.metrics, time.perf_counter() - start)
+        return res
+
+    def evaluate(
+        self, ins: EvaluateIns, timeout: float | None, group_id: int | None
+    ) -> EvaluateRes:
+        start = time.perf_counter()
+        res = self.proxy.evaluate(ins, timeout, group_id)
+        if res.status.code == Code.OK:
+            self._on_reply("evaluated", res.metrics, time.perf_counter() - start)
+        return res
+
+    def reconnect(
+        self, ins: ReconnectIns, timeout: float | None, group_id: int | None
+    ) -> DisconnectRes:
+        return self.proxy.reconnect(ins, timeout, group_id)
 
 
 class RegionStrategy(Strategy):
@@ -113,6 +174,18 @@ class RegionStrategy(Strategy):
         available = client_manager.all()
         return [available[cid] for cid in sorted(available)]
 
+    def _reporting(self, clients: list[ClientProxy], server_round: int) -> list[ClientProxy]:
+        """`clients`, each reporting its replies to the recorder (`ReportingProxy`)."""
+
+        def on_reply(phase: str, metrics: Mapping[str, Scalar], wall_s: float) -> None:
+            try:
+                regions = wire.regions(metrics)
+            except ValueError:
+                return  # an unreadable reply: aggregation names it as a failure
+            self.recorder.on_reply(server_round, phase, regions, wall_s)
+
+        return [ReportingProxy(client, on_reply) for client in clients]
+
     def _abort(self, reason: str) -> None:
         self.recorder.on_abort(reason)
         raise RoundFailed(reason)
@@ -153,8 +226,9 @@ class RegionStrategy(Strategy):
                 len(clients),
                 self.num_regions,
             )
-        ins = FitIns(parameters, self.instructions(self.offset + server_round))
-        return [(client, ins) for client in clients]
+        rnd = self.offset + server_round
+        ins = FitIns(parameters, self.instructions(rnd))
+        return [(client, ins) for client in self._reporting(clients, rnd)]
 
     def aggregate_fit(
         self,
@@ -183,8 +257,9 @@ class RegionStrategy(Strategy):
     ) -> list[tuple[ClientProxy, EvaluateIns]]:
         self._check_owner()
         self._started = time.perf_counter()
-        ins = EvaluateIns(parameters, self.instructions(self.offset + server_round))
-        return [(client, ins) for client in self._clients(client_manager)]
+        rnd = self.offset + server_round
+        ins = EvaluateIns(parameters, self.instructions(rnd))
+        return [(client, ins) for client in self._reporting(self._clients(client_manager), rnd)]
 
     def aggregate_evaluate(
         self,
@@ -215,7 +290,7 @@ class RegionStrategy(Strategy):
         self._require(rnd, "evaluation", len(evals), dict(sorted(failed.items())))
         ordered = [evals[r] for r in sorted(evals)]
         self.recorder.on_evaluate(rnd, ordered, time.perf_counter() - self._started)
-        return -float(np.mean([e.per_seed_reward.mean() for e in ordered])), {}
+        return None, {}  # no loss: see the module docstring
 
     def evaluate(
         self, server_round: int, parameters: Parameters

@@ -4,21 +4,26 @@ One virtual client may serve several regions (fewer clients than regions), so ev
 is keyed `<region>/<name>` and the key `regions` lists the regions the reply covers. An
 evaluation travels whole: its per-seed values (every metric, the seeds and their start
 phases) as raw little-endian bytes, so the server pools them for confidence intervals and
-writes per_seed.csv exactly as a local evaluation would.
+writes per_seed.csv exactly as a local evaluation would. A training reply carries, beside
+the round's means, each PPO update's diagnostics the same way (`updates_metrics`), for the
+server's TensorBoard log.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from flwr.common import Scalar
 
 from fedmc_flwr.config import FederationConfig
 from fedmc_flwr.evaluation import EvalResult
+from fedmc_flwr.policies.ppo import UPDATE_METRICS
 from fedmc_flwr.sim.world import METRIC_NAMES
 
 REGIONS = "regions"
+UPDATES = "updates."
+"""Prefix of the per-update diagnostics in a training reply."""
 
 
 def policy_name(federation: FederationConfig) -> str:
@@ -118,3 +123,24 @@ def eval_result(metrics: Mapping[str, Scalar], region: int) -> EvalResult:
     if any(len(a) != seeds for a in arrays):
         raise ValueError(f"region {region}'s evaluation: per-seed arrays are not {seeds} long")
     return result
+
+
+def updates_metrics(updates: Sequence[Mapping[str, float]]) -> dict[str, Scalar]:
+    """A learner's PPO updates (`PPOLearner.updates`) as scalars (unprefixed): one raw
+    float64 array per diagnostic of `UPDATE_METRICS`, one entry per update."""
+    return {
+        f"{UPDATES}{name}": _bytes([u[name] for u in updates], "<f8") for name in UPDATE_METRICS
+    }
+
+
+def updates_of(values: Mapping[str, Scalar]) -> list[dict[str, float]]:
+    """Inverse of `updates_metrics` on one region's values (`unpack`): [] when the reply
+    carries none or carries them malformed (they only feed TensorBoard, never a result)."""
+    try:
+        arrays = {name: _array(values[f"{UPDATES}{name}"], "<f8") for name in UPDATE_METRICS}
+    except (KeyError, TypeError, ValueError):
+        return []
+    if len({len(a) for a in arrays.values()}) != 1:
+        return []
+    count = len(arrays[UPDATE_METRICS[0]])
+    return [{name: float(arrays[name][i]) for name in UPDATE_METRICS} for i in range(count)]

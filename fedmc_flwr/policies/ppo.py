@@ -48,6 +48,17 @@ TRAIN_METRICS = ("reward", "latency_ms", "slo_violation_rate", "cost_usd", "carb
 LOSS_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")
 ROUND_METRICS = (*TRAIN_METRICS, *LOSS_METRICS, "explained_variance")
 """What a metrics.csv train row carries of train_round's output (timings go elsewhere)."""
+UPDATE_METRICS = (
+    *LOSS_METRICS,
+    "explained_variance",
+    "learning_rate",
+    "steps_per_second",
+    "env_steps",
+)
+"""What each PPO update (one rollout and its epochs over it) reports in
+`PPOLearner.updates`: its mean losses, the critic's explained variance, the step size, the
+environment steps per second of rollout and update, and the environment steps it
+collected. train_round's figures are the round's means of these; TensorBoard plots each."""
 
 
 def gae(
@@ -193,6 +204,8 @@ class PPOLearner:
         offsets = np.arange(cfg.ppo.num_envs) * cfg.ppo.episode_steps // cfg.ppo.num_envs
         self.elapsed = offsets.astype(np.int64)
         self.global_step = 0
+        self.updates: list[dict[str, float]] = []
+        """The last train_round's PPO updates, in order (`UPDATE_METRICS` each)."""
 
     @functools.cached_property
     def optimizer(self) -> FlatAdam:
@@ -252,8 +265,10 @@ class PPOLearner:
         updates = 0
         ev_sum, ev_count = 0.0, 0
         done = 0
+        self.updates = []
         while done < steps_per_env:
             length = min(self.ppo.rollout_steps, steps_per_env - done)
+            update_start = time.perf_counter()
             self._set_learning_rate(self.global_step // self.sim.num_envs + done)
             rollout = self._collect(length, job_sums)
             stats, n = self._update(rollout, anchor, proximal_mu)
@@ -264,6 +279,16 @@ class PPOLearner:
             if not np.isnan(ev):
                 ev_sum, ev_count = ev_sum + ev, ev_count + 1
             done += length
+            frames = length * self.sim.num_envs
+            self.updates.append(
+                {name: stats[name] / n for name in LOSS_METRICS}
+                | {
+                    "explained_variance": ev,
+                    "learning_rate": self.optimizer.lr,
+                    "steps_per_second": frames / (time.perf_counter() - update_start),
+                    "env_steps": float(frames),
+                }
+            )
         env_steps = steps_per_env * self.sim.num_envs
         self.global_step += env_steps
         elapsed = time.perf_counter() - start

@@ -1,0 +1,86 @@
+"""A quiet console: Flower's and Ray's output without the lines that do not apply here,
+and without colour codes where the output is not a terminal.
+
+Two places, because Flower prints from processes that load this package and from
+processes that never do:
+
+- In the processes that load the ServerApp or the ClientApp module (the simulation
+  process loads both, before it starts Ray), `quiet_flower` runs when the module is
+  imported: Flower's console handler drops the records in `DROPPED`, and colours nothing
+  under `NO_COLOR` (no-color.org), which `fedmc run` sets for Flower's processes when its
+  own output is not a terminal (`plain_env`, with Ray's `RAY_COLOR_PREFIX=0` for the
+  prefix of the actors' lines); Ray's accelerator `FutureWarning` is ignored there too.
+- In `fedmc run`'s copy of the run's log stream (`relay`): the lines in `RELAY_DROPPED`,
+  which Flower logs before the app is loaded or from Ray actors that may never load it,
+  and the colour codes of the processes that never load it (the simulation's first
+  lines, the `flwr` CLI's own).
+
+docs/design.md ("Console") says why dropping each of them is safe.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import warnings
+from collections.abc import Iterable
+from typing import IO
+
+from flwr.common.logger import FLOWER_LOGGER, ConsoleHandler
+
+DROPPED = (
+    "Starting evaluation of initial global parameters",
+    "Evaluation returned no results (`None`)",
+)
+"""Flower's log messages (their templates) that `quiet_flower` drops."""
+RELAY_DROPPED = (
+    "Since flwr 1.32, default simulated SuperNodes changed from 10 to 2.",
+    "To change federation size, use the following command:",
+    "flwr federation simulation-config ",
+    "Manually terminating ClientAppActor",
+)
+"""How the lines start (after the level and an actor's prefix) that `relay` drops."""
+RAY_FUTURE_WARNING = "Tip: In future versions of Ray, Ray will no longer override accelerator"
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+LEVEL = re.compile(r"^(?:\([^)]*\) )?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s*:\s*")
+"""The level (and a Ray actor's prefix) before a Flower log line's message."""
+
+
+def plain_env(tty: bool) -> dict[str, str]:
+    """What Flower's processes need in their environment to print no colour codes, when
+    the console they end up on is not a terminal (`tty` False); nothing otherwise."""
+    return {} if tty else {"NO_COLOR": "1", "RAY_COLOR_PREFIX": "0"}
+
+
+class _Dropped(logging.Filter):
+    """Refuses the records whose message template is in `DROPPED`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg not in DROPPED
+
+
+def quiet_flower() -> None:
+    """Quiet Flower's console in this process (see the module docstring); idempotent."""
+    plain = bool(os.environ.get("NO_COLOR"))
+    for handler in FLOWER_LOGGER.handlers:
+        if isinstance(handler, ConsoleHandler):
+            handler.colored = handler.colored and not plain
+            if not any(isinstance(f, _Dropped) for f in handler.filters):
+                handler.addFilter(_Dropped())
+    warnings.filterwarnings("ignore", message=re.escape(RAY_FUTURE_WARNING), category=FutureWarning)
+
+
+def keep(line: str) -> bool:
+    """Whether `relay` passes a log-stream line on."""
+    message = LEVEL.sub("", ANSI.sub("", line)).strip()
+    return not message.startswith(RELAY_DROPPED)
+
+
+def relay(lines: Iterable[str], out: IO[str], tty: bool) -> None:
+    """Copy a run's log stream to `out` as it comes, without `RELAY_DROPPED`'s lines, and
+    without colour codes unless `out` is a terminal (`tty`)."""
+    for line in lines:
+        if keep(line):
+            out.write(line if tty else ANSI.sub("", line))
+            out.flush()

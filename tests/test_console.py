@@ -1,0 +1,153 @@
+"""A quiet console: no colour codes off a terminal, none of the Flower and Ray lines that do
+not apply here, one progress line per round and one as each region's reply arrives."""
+
+from __future__ import annotations
+
+import io
+import logging
+import re
+import warnings
+
+import pytest
+
+from fedmc_flwr.federation import console
+from fedmc_flwr.federation.progress import RoundProgress, duration
+
+NOT_APPLICABLE = (
+    "Since flwr 1.32",
+    "Evaluation returned no results",
+    "Starting evaluation of initial global parameters",
+    "History (loss",
+    "flwr federation simulation-config",
+    "To change federation size",
+    "FutureWarning",
+    "Manually terminating",
+)
+ROUND_LINE = re.compile(r"round (\d+)/(\d+) done in .*: held-out reward -?\d+\.\d{4} ")
+
+
+@pytest.fixture
+def flower_console():
+    """Flower's own console handler, writing to a string, as a Flower process has it."""
+    from flwr.common.logger import FLOWER_LOGGER, ConsoleHandler
+
+    stream = io.StringIO()
+    handler = ConsoleHandler(stream=stream)
+    FLOWER_LOGGER.addHandler(handler)
+    yield stream
+    FLOWER_LOGGER.removeHandler(handler)
+
+
+def test_flower_drops_what_does_not_apply_and_colours_nothing_under_no_color(
+    flower_console: io.StringIO, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flwr.common.logger import log
+
+    monkeypatch.setenv("NO_COLOR", "1")
+    console.quiet_flower()
+    console.quiet_flower()  # twice, as two app modules in one process do
+    log(logging.INFO, "Starting evaluation of initial global parameters")
+    log(logging.INFO, "Evaluation returned no results (`None`)")
+    log(logging.INFO, "round %d/%d done", 1, 2)
+    text = flower_console.getvalue()
+    assert "\x1b" not in text
+    assert text.splitlines() == ["INFO :      round 1/2 done"]
+
+
+def test_flower_keeps_its_colours_on_a_terminal(
+    flower_console: io.StringIO, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flwr.common.logger import log
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    console.quiet_flower()
+    log(logging.INFO, "round %d/%d done", 1, 2)
+    assert "\x1b[92m" in flower_console.getvalue()
+
+
+def test_rays_accelerator_warning_is_ignored() -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        console.quiet_flower()
+        warnings.warn(console.RAY_FUTURE_WARNING + " visible devices ...", FutureWarning, 2)
+        warnings.warn("another FutureWarning", FutureWarning, 2)
+    assert [str(w.message) for w in caught] == ["another FutureWarning"]
+
+
+STREAM = [
+    "\x1b[92mINFO \x1b[0m:      Starting Flower Simulation\n",
+    "\x1b[93mWARNING \x1b[0m:   Since flwr 1.32, default simulated SuperNodes changed from"
+    " 10 to 2.\n",
+    "\x1b[92mINFO \x1b[0m:      To change federation size, use the following command:\n",
+    "\x1b[92mINFO \x1b[0m:      \tflwr federation simulation-config @none/default <superlink>"
+    " --num-supernodes <N>\n",
+    "\x1b[36m(ClientAppActor pid=7)\x1b[0m round 1/2: us-east1 trained in 3 s\n",
+    "\x1b[36m(ClientAppActor pid=8)\x1b[0m \x1b[93mWARNING \x1b[0m:   Manually terminating"
+    " ClientAppActor\n",
+]
+
+
+def test_the_relay_drops_what_does_not_apply_and_strips_colour_off_a_terminal() -> None:
+    out = io.StringIO()
+    console.relay(STREAM, out, tty=False)
+    assert out.getvalue() == (
+        "INFO :      Starting Flower Simulation\n"
+        "(ClientAppActor pid=7) round 1/2: us-east1 trained in 3 s\n"
+    )
+    coloured = io.StringIO()
+    console.relay(STREAM, coloured, tty=True)
+    assert coloured.getvalue() == STREAM[0] + STREAM[4]
+
+
+def test_plain_env_only_off_a_terminal() -> None:
+    assert console.plain_env(tty=True) == {}
+    assert console.plain_env(tty=False) == {"NO_COLOR": "1", "RAY_COLOR_PREFIX": "0"}
+
+
+def test_progress_says_each_reply_and_each_round_with_the_time_left(
+    flower_console: io.StringIO,
+) -> None:
+    ticks = iter([0.0, 30.0, 50.0])
+    progress = RoundProgress(3, ["us-east1", "europe-west9"], clock=lambda: next(ticks))
+    progress.reply(1, "trained", [1], 12.3)
+    progress.reply(1, "trained", [0], 14.0)
+    progress.reply(1, "trained", [5], 1.0)  # not a region of this run: nothing to say
+    progress.round_done(1, -1.23456, 2)
+    progress.round_done(2, -1.2, 2)
+    lines = [line.split(":", 1)[1].strip() for line in flower_console.getvalue().splitlines()]
+    assert lines == [
+        "round 1/3: europe-west9 trained in 12 s (1 of 2 regions)",
+        "round 1/3: us-east1 trained in 14 s (2 of 2 regions)",
+        "round 1/3 done in 30 s: held-out reward -1.2346 (mean over 2 regions), "
+        "about 1 min 00 s left",
+        "round 2/3 done in 20 s: held-out reward -1.2000 (mean over 2 regions), about 20 s left",
+    ]
+
+
+def test_durations_read_as_a_person_says_them() -> None:
+    assert [duration(s) for s in (0.4, 59, 200, 7300)] == [
+        "0 s",
+        "59 s",
+        "3 min 20 s",
+        "2 h 01 min",
+    ]
+
+
+@pytest.mark.flower
+def test_a_redirected_run_prints_no_colour_no_inapplicable_warning_one_line_per_round(
+    runs,
+) -> None:
+    """What `fedmc run` printed for the tiny federation (2 rounds, 2 regions on 2 virtual
+    clients), its output redirected to a file."""
+    raw = (runs[0].parent / "console.txt").read_bytes()
+    assert b"\x1b" not in raw
+    text = raw.decode()
+    for phrase in NOT_APPLICABLE:
+        assert phrase not in text, phrase
+    rounds = [m.groups() for m in ROUND_LINE.finditer(text)]
+    assert rounds == [("1", "2"), ("2", "2")]
+    assert "about" in text.split("round 1/2 done", 1)[1].splitlines()[0]  # the time left
+    for rnd in (1, 2):
+        for region in ("us-east1", "europe-west9"):
+            for phase in ("trained", "evaluated"):
+                assert f"round {rnd}/2: {region} {phase} in " in text
