@@ -380,8 +380,9 @@ _RANGES: dict[str, _Check] = {
     "ppo.ent_coef": (_non_negative, "a number >= 0"),
     "ppo.vf_coef": (_non_negative, "a number >= 0"),
     "ppo.max_grad_norm": (_positive, "a number > 0"),
-    "ppo.hidden_size": (_positive, "an integer > 0"),
-    "ppo.scorer_depth": (_positive, "an integer > 0"),
+    # Bounded so that a typo cannot ask torch for terabytes (a 10**6-wide layer is 4 TB).
+    "ppo.hidden_size": (lambda v: 1 <= v <= 4096, "an integer from 1 to 4096"),
+    "ppo.scorer_depth": (lambda v: 1 <= v <= 16, "an integer from 1 to 16"),
     "ppo.episode_steps": (_positive, "an integer > 0"),
     "ppo.torch_threads": (_positive, "an integer > 0"),
     "ppo.policy": (lambda v: v in POLICY_KINDS, " or ".join(map(repr, POLICY_KINDS))),
