@@ -646,7 +646,7 @@ def _resolve_world_files(cfg: DictConfig, path: Path) -> None:
 
 def _check_trace_files(cfg: ExperimentConfig) -> None:
     """Read every trace file now, so a bad one stops the command before any work."""
-    from fedmc_flwr.sim.signals import region_catalogue
+    from fedmc_flwr.sim.regions import region_catalogue
     from fedmc_flwr.sim.sources import check_files
 
     regions = [r.name for r in region_catalogue(cfg.world.regions)]

@@ -6,10 +6,11 @@ are apart) is the same for every seed and every client, as a real estate is; onl
 workloads and the random events depend on the seed.
 
 Sources and labels:
-- Annual mean grid carbon intensity of the four named regions is anchored on public
-  per-region figures (Google Cloud's region-carbon table as shipped in codecarbon 3.3.2
-  `data/cloud/impact.csv`: us-east1 560, europe-west9 34, northamerica-northeast1 2,
-  europe-central2 723 gCO2eq/kWh; location-based accounting).
+- Annual mean grid carbon intensity of the four named regions comes from
+  `cloud_carbon.py`, generated from codecarbon 3.3.2's `data/cloud/impact.csv` (Google
+  Cloud's 2023 region-carbon figures: us-east1 560, europe-west9 34,
+  northamerica-northeast1 2, europe-central2 723 gCO2eq/kWh; location-based accounting).
+  `world.carbon_file` replaces them with a real series.
 - Hourly prices, the diurnal shapes of price, carbon and background load, instance speeds
   and powers, and every region past the fourth are SYNTHETIC (illustrative values drawn
   from a fixed generator), labelled so in `WorldSpec.synthetic`.
@@ -24,34 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedmc_flwr.config import RewardWeights, WorldConfig
-
-
-@dataclass(frozen=True)
-class Region:
-    """One cloud region of the catalogue."""
-
-    name: str
-    lat: float
-    lon: float
-    carbon_g_per_kwh: float
-    """Annual mean grid carbon intensity (location-based)."""
-    carbon_swing: float
-    """Relative amplitude of the daily carbon cycle (flat for hydro/nuclear grids)."""
-    price_usd_per_hour: float
-    """Hourly price of a speed-1.0 node (synthetic)."""
-    crowding: float
-    """How busy other tenants keep the region, relative to the configured background load."""
-    speed_bias: float
-    """Log-speed shift of the region's instance mix (older, slower hardware < 0)."""
-
-
-# Carbon means are public anchors; everything else in these rows is synthetic.
-NAMED_REGIONS: tuple[Region, ...] = (
-    Region("us-east1", 33.20, -80.01, 560.0, 0.15, 0.036, 1.45, 0.15),
-    Region("europe-west9", 48.86, 2.35, 34.0, 0.05, 0.052, 0.90, 0.0),
-    Region("northamerica-northeast1", 45.50, -73.57, 2.0, 0.02, 0.047, 1.20, -0.35),
-    Region("europe-central2", 52.23, 21.01, 723.0, 0.20, 0.043, 1.10, 0.0),
-)
+from fedmc_flwr.sim.regions import CATALOGUE_SEED, Region, region_catalogue
 
 INSTANCE_SPEEDS = np.array([0.5, 0.75, 1.0, 1.5, 2.0])
 """Relative service speed of the instance types (synthetic)."""
@@ -71,38 +45,12 @@ BURST_SHARE = 0.25
 """Long-run share of jobs that arrive in a burst."""
 BURST_EXIT = 0.01
 """Per-job probability that a burst ends (bursts last ~100 jobs)."""
-_CATALOGUE_SEED = 20261129
 
 
 def hard_capacity(queue_capacity: int) -> int:
     """Jobs a node can hold at most: `queue_capacity` plus headroom (a quarter, at least 8)
     for the jobs admitted when every live node is full."""
     return queue_capacity + max(8, queue_capacity // 4)
-
-
-def _synthetic_regions(count: int) -> list[Region]:
-    rng = np.random.default_rng(_CATALOGUE_SEED)
-    regions = []
-    for k in range(count):
-        regions.append(
-            Region(
-                name=f"synthetic-{k + 1:02d}",
-                lat=float(rng.uniform(-40, 60)),
-                lon=float(rng.uniform(-180, 180)),
-                carbon_g_per_kwh=float(np.exp(rng.uniform(np.log(20), np.log(700)))),
-                carbon_swing=float(rng.uniform(0.02, 0.25)),
-                price_usd_per_hour=float(rng.uniform(0.036, 0.058)),
-                crowding=float(rng.uniform(0.7, 1.4)),
-                speed_bias=float(rng.uniform(-0.3, 0.2)),
-            )
-        )
-    return regions
-
-
-def region_catalogue(count: int) -> list[Region]:
-    """The first `count` regions: the named ones, then synthetic ones."""
-    named = list(NAMED_REGIONS[:count])
-    return named + _synthetic_regions(count - len(named))
 
 
 def _rtt_matrix_s(regions: list[Region]) -> np.ndarray:
@@ -200,7 +148,7 @@ def _node_types(regions: list[Region], per_region: int, heterogeneous: bool) -> 
     """Instance type index of every node: each region's own mix, fixed for all seeds."""
     if not heterogeneous:
         return np.full(len(regions) * per_region, 2)
-    rng = np.random.default_rng(_CATALOGUE_SEED + 1)
+    rng = np.random.default_rng(CATALOGUE_SEED + 1)
     types = []
     log_speeds = np.log(INSTANCE_SPEEDS)
     for region in regions:

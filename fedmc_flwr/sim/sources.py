@@ -25,16 +25,34 @@ What is mapped, and how (docs/design.md, "Trace-driven worlds"):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
-from fedmc_flwr.config import WorldConfig
 from fedmc_flwr.sim import traces
 
 DAY_S = 86400.0
+
+
+class TraceKeys(Protocol):
+    """The `world.*` keys a source reads (`config.WorldConfig` has them): this module
+    imports no config, so the config's checks can read the files through it."""
+
+    arrivals: str
+    rate_trace: Sequence[str]
+    rate_file: str
+    job_log: str
+    carbon_file: str
+    price_file: str
+    trace_regions: Sequence[str]
+    trace_step_s: float
+    trace_time: str
+    trace_speedup: float
+    diurnal_period_s: float
+    region_load: Sequence[float]
 
 
 @dataclass(frozen=True)
@@ -101,22 +119,22 @@ class TraceSignals:
 class SignalSource(Protocol):
     """Anything that gives a world its signals."""
 
-    def signals(self, world: WorldConfig, regions: list[str]) -> TraceSignals | None: ...
+    def signals(self, world: TraceKeys, regions: list[str]) -> TraceSignals | None: ...
 
 
 class SyntheticSource:
     """Every signal synthetic (signals.py's daily cycles)."""
 
-    def signals(self, world: WorldConfig, regions: list[str]) -> TraceSignals | None:
+    def signals(self, world: TraceKeys, regions: list[str]) -> TraceSignals | None:
         return None
 
 
-def uses_traces(world: WorldConfig) -> bool:
+def uses_traces(world: TraceKeys) -> bool:
     """Whether the config asks for any trace signal."""
     return bool(world.arrivals == "trace" or world.job_log or world.carbon_file or world.price_file)
 
 
-def timing(world: WorldConfig) -> tuple[float, float]:
+def timing(world: TraceKeys) -> tuple[float, float]:
     """(speedup, start unit): trace seconds per world second, and what start points are
     whole multiples of."""
     if world.trace_time == "day":
@@ -140,7 +158,7 @@ def _file_grid(path: str, kind: str, names: list[str], step_s: float) -> tuple[G
     return grid, grid.means()
 
 
-def _packaged_grid(world: WorldConfig, regions: int) -> Grid:
+def _packaged_grid(world: TraceKeys, regions: int) -> Grid:
     names = world.rate_trace if len(world.rate_trace) > 1 else world.rate_trace * regions
     if world.trace_step_s < traces.PACKAGED_STEP_S:
         raise traces.TraceError(
@@ -155,7 +173,7 @@ def _packaged_grid(world: WorldConfig, regions: int) -> Grid:
     return Grid.stack(rows)
 
 
-def _job_log(world: WorldConfig, names: list[str]) -> tuple[JobSizes, Grid | None, bool]:
+def _job_log(world: TraceKeys, names: list[str]) -> tuple[JobSizes, Grid | None, bool]:
     """The log's sizes by region and segment, its arrival counts as rates when the world's
     arrivals follow the trace, and whether the log names its jobs' regions."""
     log = traces.read_job_log(world.job_log)
@@ -198,7 +216,7 @@ class FileSource:
     """The `world.*` trace keys: packaged series, a user's rate file, job log, carbon and
     price series. Files are read once per process (and again when they change)."""
 
-    def signals(self, world: WorldConfig, regions: list[str]) -> TraceSignals | None:
+    def signals(self, world: TraceKeys, regions: list[str]) -> TraceSignals | None:
         if not uses_traces(world):
             return None
         names = list(world.trace_regions) or regions
@@ -224,7 +242,7 @@ class FileSource:
         return TraceSignals(step, speedup, unit, rate, level, price, carbon, jobs)
 
 
-def check_files(world: WorldConfig, regions: list[str]) -> None:
+def check_files(world: TraceKeys, regions: list[str]) -> None:
     """Read and check every file the config names; `TraceError` in one line if one is bad."""
     FileSource().signals(world, regions)
 
