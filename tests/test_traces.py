@@ -1,0 +1,207 @@
+"""Trace-driven worlds: each reader on a small file of its format, each bad file through the
+command line (one line naming the file and the column, exit 2), the synthetic world
+unchanged, a trace world's rate following its series, and replay in a federated run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import REPO, TINY
+
+from fedmc_flwr.cli import main
+from fedmc_flwr.config import WorldConfig, load_config
+from fedmc_flwr.sim import sources, traces
+from fedmc_flwr.sim.cloud_carbon import CLOUD_CARBON
+from fedmc_flwr.sim.regions import NAMED_REGIONS
+
+DATA = REPO / "tests" / "data"
+TWO = ["us-east1", "europe-west9"]
+"""TINY's estate: its two regions' names."""
+
+
+def test_rate_series_reader_keeps_each_regions_rows_in_order() -> None:
+    series = traces.read_series(DATA / "rates.csv", "rate")
+    assert list(series.times) == TWO
+    np.testing.assert_array_equal(series.times["us-east1"], [0, 300, 600, 900])
+    np.testing.assert_array_equal(series.values["europe-west9"], [5, 5, 15, 5])
+
+
+def test_electricity_maps_export_is_read_as_it_comes() -> None:
+    series = traces.read_series(DATA / "em_carbon.csv", "carbon")
+    assert series.column == "Carbon Intensity gCO₂eq/kWh (LCA)"  # life cycle before direct
+    np.testing.assert_array_equal(series.times["FR"], [0, 3600, 7200, 10800])
+    np.testing.assert_array_equal(series.values["US-CAR-SCEG"], [410, 415, 420, 425])
+
+
+def test_newer_electricity_maps_columns_are_read_too(tmp_path: Path) -> None:
+    path = tmp_path / "new.csv"
+    path.write_text(
+        "Datetime (UTC),Zone Id,Carbon intensity gCO₂eq/kWh (direct),"
+        "Carbon intensity gCO₂eq/kWh (Life cycle),Carbon-free energy percentage (CFE%)\n"
+        "2024-03-01T00:00:00Z,FR,20,30,90\n2024-03-01T01:00:00Z,FR,22,33,91\n",
+        encoding="utf-8",
+    )
+    series = traces.read_series(path, "carbon")
+    assert series.column == "Carbon intensity gCO₂eq/kWh (Life cycle)"
+    np.testing.assert_array_equal(series.values["FR"], [30, 33])
+
+
+def test_job_log_reader_reads_arrivals_durations_and_regions() -> None:
+    log = traces.read_job_log(DATA / "jobs.csv")
+    assert log.arrival[0] == 0 and (np.diff(log.arrival) >= 0).all()
+    assert log.size[:3].tolist() == [12.0, 3.0, 30.0]
+    assert set(log.region) == set(TWO)
+
+
+def test_swf_reader_takes_submit_and_run_time_and_skips_unknown_run_times() -> None:
+    log = traces.read_job_log(DATA / "jobs.swf")
+    assert log.arrival.tolist() == [0, 60, 250, 400, 700]  # job 3's run time is -1
+    assert log.size.tolist() == [120, 30, 600, 45, 90]
+    assert log.region is None
+
+
+def test_packaged_series_are_the_real_machine_usage_at_300_s() -> None:
+    lengths = {name: len(traces.read_packaged(name)) for name in traces.PACKAGED}
+    assert lengths == {"alibaba2018": 2243, "google2019": 8064, "azure_v2": 8640}
+
+
+def test_file_source_puts_every_signal_on_the_worlds_step() -> None:
+    world = WorldConfig(
+        regions=2,
+        arrivals="trace",
+        rate_file=str(DATA / "rates.csv"),
+        carbon_file=str(DATA / "em_carbon.csv"),
+        trace_regions=["US-CAR-SCEG", "FR"],
+        trace_step_s=3600.0,
+    )
+    with pytest.raises(traces.TraceError, match="region 'us-east1' is not in the estate"):
+        sources.FileSource().signals(world, TWO)  # the rate file names cloud regions
+    world.trace_regions = []
+    world.carbon_file = ""
+    world.trace_step_s = 600.0
+    signals = sources.FileSource().signals(world, TWO)
+    assert signals.rate is not None and signals.speedup == 86400 / world.diurnal_period_s
+    np.testing.assert_allclose(signals.rate.values[0, :2], np.array([15, 25]) / 20)
+    np.testing.assert_allclose(signals.rate_level, [1.0, 7.5 / 20])
+
+
+def test_job_log_sizes_are_grouped_by_region_and_step_with_mean_one() -> None:
+    world = WorldConfig(regions=2, arrivals="trace", job_log=str(DATA / "jobs.csv"))
+    signals = sources.FileSource().signals(world, TWO)
+    jobs = signals.jobs
+    assert jobs is not None and jobs.sizes.mean() == pytest.approx(1.0)
+    assert jobs.starts[0, 0] == 0 and jobs.starts[-1, -1] == len(jobs.sizes)
+    counts = np.diff(jobs.starts, axis=1)
+    np.testing.assert_array_equal(counts, [[4, 2, 3], [2, 2, 2]])  # jobs per 300 s
+    np.testing.assert_allclose(signals.rate.values, counts / counts.mean(axis=1, keepdims=True))
+    np.testing.assert_allclose(signals.rate_level, [1.0, 2 / 3])
+
+
+def test_codecarbon_table_feeds_the_named_regions() -> None:
+    for region in NAMED_REGIONS:
+        assert region.carbon_g_per_kwh == CLOUD_CARBON[region.name]
+    assert len(CLOUD_CARBON) == 40 and CLOUD_CARBON["northamerica-northeast1"] == 2.0
+
+
+GOOD_RATES = "timestamp,region,rate\n0,us-east1,1\n300,us-east1,2\n0,europe-west9,1\n"
+BAD_FILES = {
+    "missing column": (
+        "rate_file",
+        "timestamp,region,jobs\n0,us-east1,1\n",
+        "column 'rate': missing",
+    ),
+    "backwards": (
+        "rate_file",
+        "timestamp,region,rate\n300,us-east1,1\n0,us-east1,2\n0,europe-west9,1\n",
+        "column 'timestamp': row 3: time goes backwards",
+    ),
+    "negative": (
+        "carbon_file",
+        "timestamp,region,value\n0,us-east1,-5\n0,europe-west9,1\n",
+        "column 'value': row 2: '-5' is not a number >= 0",
+    ),
+    "nan": (
+        "price_file",
+        "timestamp,region,value\n0,us-east1,0.04\n0,europe-west9,nan\n",
+        "column 'value': row 3: 'nan' is not a number >= 0",
+    ),
+    "gap": (
+        "rate_file",
+        "timestamp,region,rate\n0,us-east1,1\n900,us-east1,2\n0,europe-west9,1\n",
+        "column 'rate': region 'us-east1': a gap of 900 s",
+    ),
+    "empty": ("rate_file", "", "empty file (expected CSV of (timestamp, region, rate))"),
+    "json": (
+        "carbon_file",
+        '{"timestamp": [0], "region": ["us-east1"]}\n',
+        "not a CSV file with a header row (expected CSV of (timestamp, region, value))",
+    ),
+    "unknown region": (
+        "rate_file",
+        GOOD_RATES + "0,mars-north1,3\n",
+        "column 'region': region 'mars-north1' is not in the estate",
+    ),
+    "job log missing column": (
+        "job_log",
+        "arrival,cpus\n0,4\n",
+        "column 'size': missing",
+    ),
+    "job log backwards": (
+        "job_log",
+        "arrival,duration\n10,1\n5,1\n",
+        "column 'arrival': row 3: time goes backwards",
+    ),
+    "swf of the wrong shape": (
+        "job_log",
+        "; SWF header\n1 0 5 120\n",
+        "line 2: 4 fields, expected 18",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_FILES))
+def test_a_bad_trace_file_is_one_line_naming_file_and_column_and_exit_2(
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    key, text, message = BAD_FILES[case]
+    path = tmp_path / ("trace.swf" if "swf" in case else "trace.csv")
+    path.write_text(text, encoding="utf-8")
+    overrides = [f"world.{key}={path}"]
+    if key in ("rate_file", "job_log"):
+        overrides.append("world.arrivals=trace")
+    argv = ["baselines", "--config", str(TINY)] + [a for o in overrides for a in ("--set", o)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("fedmc: trace error: ")
+    assert str(path) in err and message in err, err
+
+
+def test_a_binary_file_is_refused_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "rates.parquet"
+    path.write_bytes(b"PAR1\x00\x01\x02")
+    with pytest.raises(traces.TraceError, match="not a text file"):
+        load_config(TINY, ["world.arrivals=trace", f"world.rate_file={path}"])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["world.arrivals=trace"], "needs exactly one of"),
+        (["world.rate_trace=[alibaba2018]"], "not allowed with world.arrivals = 'synthetic'"),
+        (["world.arrivals=trace", "world.rate_trace=[borg]"], "world.rate_trace"),
+        (["world.trace_time=weekly"], "world.trace_time"),
+        (["world.trace_regions=[FR]"], "world.trace_regions"),
+    ],
+)
+def test_trace_keys_that_disagree_are_config_errors(overrides: list[str], message: str) -> None:
+    from fedmc_flwr.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        load_config(TINY, overrides)
+
+
+def test_relative_trace_paths_are_taken_from_the_config_files_directory() -> None:
+    cfg = load_config(REPO / "conf" / "trace_jobs.yaml")
+    assert Path(cfg.world.job_log) == DATA / "jobs.csv"
