@@ -20,12 +20,14 @@ Sources and labels:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from fedmc_flwr.config import RewardWeights, WorldConfig
 from fedmc_flwr.sim.regions import CATALOGUE_SEED, Region, region_catalogue
+from fedmc_flwr.sim.sources import FileSource, Grid, SignalSource, TraceSignals
 
 INSTANCE_SPEEDS = np.array([0.5, 0.75, 1.0, 1.5, 2.0])
 """Relative service speed of the instance types (synthetic)."""
@@ -134,6 +136,9 @@ class WorldSpec:
             "regions past the fourth",
         )
     )
+    trace: TraceSignals | None = None
+    """Real series the kernel replays (`sources.py`), their NaNs already filled with the
+    region's own mean; None: every signal synthetic."""
 
     @property
     def num_regions(self) -> int:
@@ -163,9 +168,47 @@ def _skew(multipliers: list[float], regions: int) -> np.ndarray:
     return np.asarray(multipliers, dtype=np.float64) if multipliers else np.ones(regions)
 
 
-def build_spec(world: WorldConfig, reward: RewardWeights) -> WorldSpec:
-    """Turn the config into the arrays the kernel reads (see the module docstring)."""
+def _filled(grid: Grid | None, own: np.ndarray) -> Grid | None:
+    """A series with each region's gaps (NaN: no sample) at the region's own mean."""
+    if grid is None:
+        return None
+    return Grid(np.where(np.isnan(grid.values), own[:, None], grid.values), grid.lengths)
+
+
+def _traced(
+    trace: TraceSignals, price: np.ndarray, carbon: np.ndarray, mult: np.ndarray
+) -> tuple[TraceSignals, np.ndarray, np.ndarray]:
+    """The series with gaps filled, and each region's price and carbon mean over its
+    series (what the reward's normalisers then use)."""
+    filled = dataclasses.replace(
+        trace,
+        price=_filled(None if trace.price is None else trace.price.scaled(mult[0]), price),
+        carbon=_filled(None if trace.carbon is None else trace.carbon.scaled(mult[1]), carbon),
+    )
+    if filled.price is not None:
+        price = filled.price.means()
+    if filled.carbon is not None:
+        carbon = filled.carbon.means()
+    return filled, price, carbon
+
+
+def _labels(trace: TraceSignals | None) -> tuple[str, ...]:
+    """What stays synthetic once the trace's signals replace theirs."""
+    labels = ["prices", "diurnal shapes", "instance speeds and powers", "regions past the fourth"]
+    if trace is not None and trace.price is not None:
+        labels.remove("prices")
+    return tuple(labels)
+
+
+def build_spec(
+    world: WorldConfig, reward: RewardWeights, source: SignalSource | None = None
+) -> WorldSpec:
+    """Turn the config into the arrays the kernel reads (see the module docstring).
+
+    `source` gives the real signals; None reads the config's own trace keys (none: the
+    synthetic world, unchanged)."""
     regions = region_catalogue(world.regions)
+    trace = (source or FileSource()).signals(world, [r.name for r in regions])
     per_region = world.nodes_per_region
     types = _node_types(regions, per_region, world.heterogeneous)
     speed = INSTANCE_SPEEDS[types].astype(np.float64)
@@ -173,24 +216,31 @@ def build_spec(world: WorldConfig, reward: RewardWeights) -> WorldSpec:
     price_mult = speed.copy()  # price scales with speed: same cost per job at equal prices
     node_region = np.repeat(np.arange(world.regions), per_region)
 
-    price_mean = np.array([r.price_usd_per_hour for r in regions])
-    price_mean *= _skew(world.region_price, world.regions)
-    carbon_mean = np.array([r.carbon_g_per_kwh for r in regions])
-    carbon_mean *= _skew(world.region_carbon, world.regions)
+    price_skew = _skew(world.region_price, world.regions)
+    carbon_skew = _skew(world.region_carbon, world.regions)
+    price_mean = np.array([r.price_usd_per_hour for r in regions]) * price_skew
+    carbon_mean = np.array([r.carbon_g_per_kwh for r in regions]) * carbon_skew
+    if trace is not None:
+        trace, price_mean, carbon_mean = _traced(
+            trace, price_mean, carbon_mean, np.stack([price_skew, carbon_skew])
+        )
     background = np.clip(world.background_load * np.array([r.crowding for r in regions]), 0, 0.9)
     spare = float(np.sum(speed * (1.0 - background[node_region])))
     mean_service_s = world.mean_service_ms / 1000.0
     # Non-IID ingress workloads: rate and burst depth differ per ingress region; the
     # busiest region offers exactly the configured load (so load < 1 is stable everywhere).
     k = np.arange(world.regions)
-    rate_mult = (
-        np.asarray(world.region_load, dtype=np.float64)
-        if world.region_load
-        else 1.0 + 0.15 * np.cos(1.7 * k + 0.4)
-    )
+    if world.region_load:
+        rate_mult = np.asarray(world.region_load, dtype=np.float64)
+    elif trace is not None and trace.rate_level is not None:
+        rate_mult = trace.rate_level.copy()  # the regions' relative levels in the user's file
+    else:
+        rate_mult = 1.0 + 0.15 * np.cos(1.7 * k + 0.4)
     rate_mult /= rate_mult.max()
     burst_mult = 1.0 + 0.4 * np.sin(2.3 * k + 0.2)
     arrival_rate = world.load * spare / mean_service_s * rate_mult
+    if trace is not None and trace.rate_jobs_s is not None:  # a cluster's own jobs/s
+        arrival_rate = np.where(np.isnan(trace.rate_jobs_s), arrival_rate, trace.rate_jobs_s)
     burstiness = np.clip(world.burstiness * burst_mult, 0.0, 0.95)
 
     rtt = _rtt_matrix_s(regions) if world.network else np.zeros((world.regions, world.regions))
@@ -199,6 +249,7 @@ def build_spec(world: WorldConfig, reward: RewardWeights) -> WorldSpec:
     job_energy_kwh = power * busy_s * PUE / 3.6e6
     job_carbon = job_energy_kwh * carbon_mean[node_region]
     swing = 1.0 if world.time_varying else 0.0
+    arrival_swing = 0.0 if trace is not None and trace.rate is not None else swing
 
     return WorldSpec(
         region_names=[r.name for r in regions],
@@ -215,7 +266,7 @@ def build_spec(world: WorldConfig, reward: RewardWeights) -> WorldSpec:
         background_swing=np.full(world.regions, BACKGROUND_SWING * swing),
         phase=np.radians([r.lon for r in regions]),
         arrival_rate=arrival_rate,
-        arrival_swing=DIURNAL_ARRIVAL_SWING * swing,
+        arrival_swing=DIURNAL_ARRIVAL_SWING * arrival_swing,
         burstiness=burstiness,
         mean_service_s=mean_service_s,
         slo_s=world.slo_ms / 1000.0,
@@ -234,4 +285,6 @@ def build_spec(world: WorldConfig, reward: RewardWeights) -> WorldSpec:
         cost_ref_usd=float(job_cost.mean()),
         carbon_ref_g=float(max(job_carbon.mean(), 1e-12)),
         weights=np.array([reward.latency, reward.violations, reward.cost, reward.carbon]),
+        synthetic=_labels(trace),
+        trace=trace,
     )

@@ -52,7 +52,6 @@ class TraceKeys(Protocol):
     trace_time: str
     trace_speedup: float
     diurnal_period_s: float
-    region_load: Sequence[float]
 
 
 @dataclass(frozen=True)
@@ -72,6 +71,10 @@ class Grid:
         for r, s in enumerate(series):
             values[r, : len(s)] = s
         return cls(values, lengths)
+
+    def scaled(self, factor: np.ndarray) -> Grid:
+        """Each region's series times its own factor."""
+        return Grid(self.values * factor[:, None], self.lengths)
 
     def means(self) -> np.ndarray:
         """[R] each region's mean over its own series."""
@@ -102,6 +105,9 @@ class TraceSignals:
     """Mean-one shape of each region's arrival rate."""
     rate_level: np.ndarray | None = None
     """[R] relative mean rates (busiest 1) the source knows; None: the world's spread."""
+    rate_jobs_s: np.ndarray | None = None
+    """[R] mean jobs per second a cluster reported (NaN: the world's own); replaces the
+    rate `world.load` gives."""
     price: Grid | None = None
     carbon: Grid | None = None
     jobs: JobSizes | None = None
@@ -237,9 +243,7 @@ class FileSource:
             price, _ = _file_grid(world.price_file, "price", names, step)
         if world.carbon_file:
             carbon, _ = _file_grid(world.carbon_file, "carbon", names, step)
-        if world.region_load:
-            level = None
-        return TraceSignals(step, speedup, unit, rate, level, price, carbon, jobs)
+        return TraceSignals(step, speedup, unit, rate, level, None, price, carbon, jobs)
 
 
 def check_files(world: TraceKeys, regions: list[str]) -> None:
