@@ -101,6 +101,10 @@ class TraceSignals:
     """Trace seconds per world second."""
     start_unit_s: float
     """Start points are whole multiples of this many trace seconds."""
+    on_clock: bool = False
+    """Trace time follows the world's clock from its phase (`world.trace_time: day`, the
+    trace's hours on the world's day); False: it starts at the start point whatever the
+    phase."""
     rate: Grid | None = None
     """Mean-one shape of each region's arrival rate."""
     rate_level: np.ndarray | None = None
@@ -243,7 +247,17 @@ class FileSource:
             price, _ = _file_grid(world.price_file, "price", names, step)
         if world.carbon_file:
             carbon, _ = _file_grid(world.carbon_file, "carbon", names, step)
-        return TraceSignals(step, speedup, unit, rate, level, None, price, carbon, jobs)
+        return TraceSignals(
+            step_s=world.trace_step_s,
+            speedup=speedup,
+            start_unit_s=unit,
+            on_clock=world.trace_time == "day",
+            rate=rate,
+            rate_level=level,
+            price=price,
+            carbon=carbon,
+            jobs=jobs,
+        )
 
 
 def check_files(world: TraceKeys, regions: list[str]) -> None:
