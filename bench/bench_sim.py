@@ -15,15 +15,28 @@ user gets it).
 Prints a table, then one JSON line of the figures.
 
     python bench/bench_sim.py [--config conf/small_demo.yaml] [--reps 5] [--seconds 0.5]
+
+`--against REV` instead times this checkout's simulator beside git revision REV's, side by
+side in one run: REV's `fedmc_flwr/` is exported to a temporary directory, and each round
+runs one subprocess per tree, in alternating order, on the same batch (small_demo, one
+thread, B=1024 by default). Machine noise then hits both trees alike; the table gives each
+tree's median over the rounds and their ratio.
+
+    python bench/bench_sim.py --against HEAD~1 [--rounds 7] [--batch 1024]
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,6 +51,7 @@ from fedmc_flwr.config import ExperimentConfig, load_config
 from fedmc_flwr.sim import ENV_ID, kernel
 from fedmc_flwr.sim.world import MultiCloudSim
 
+REPO = Path(__file__).resolve().parents[1]
 BATCHES = (1, 64, 1024, 4096)
 TARGET_STEPS_PER_S = 2.5e6
 """On one thread, at B >= 1024."""
@@ -111,12 +125,77 @@ def gym_steps_per_second(cfg_path: Path, reps: int, seconds: float) -> float:
     return _median_rate(run_once, reps)
 
 
+def export_revision(rev: str, into: Path) -> Path:
+    """`fedmc_flwr/` as git revision `rev` has it, under `into`; returns `into`."""
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", rev, "fedmc_flwr"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(into, filter="data")
+    return into
+
+
+def against(args: argparse.Namespace) -> None:
+    """This checkout's steps/s beside revision `args.against`'s, alternating per round."""
+    with tempfile.TemporaryDirectory(prefix="bench-sim-") as tmp:
+        trees = {"this checkout": REPO, args.against: export_revision(args.against, Path(tmp))}
+        rates: dict[str, list[float]] = {name: [] for name in trees}
+        worker_args = ["--config", str(args.config), "--batch", str(args.batch)]
+        worker_args += ["--reps", str(args.reps), "--seconds", str(args.seconds)]
+        for k in range(args.rounds):
+            order = list(trees) if k % 2 == 0 else list(reversed(trees))
+            for name in order:
+                worker = subprocess.run(
+                    [sys.executable, __file__, "--worker", *worker_args],
+                    env={**os.environ, "PYTHONPATH": str(trees[name])},
+                    cwd=REPO,
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                rates[name].append(float(worker.stdout.split()[-1]))
+    medians = {name: statistics.median(r) for name, r in rates.items()}
+    ratio = medians["this checkout"] / medians[args.against]
+    print(f"MultiCloudSim.step, env steps/s, B={args.batch}, one thread, {args.config.name}")
+    print(f"(median of {args.rounds} alternating rounds, each the median of {args.reps} reps)")
+    for name, rate in medians.items():
+        spread = f"{min(rates[name]):,.0f} .. {max(rates[name]):,.0f}"
+        print(f"{name:<20}{rate:>14,.0f}   range {spread}")
+    print(f"this checkout / {args.against}: {ratio:.3f}")
+    figures = {
+        "bench": "sim_against",
+        "unit": "env_steps_per_second",
+        "against": args.against,
+        "batch": args.batch,
+        "rounds": args.rounds,
+        "this_checkout": round(medians["this checkout"]),
+        "revision": round(medians[args.against]),
+        "ratio": round(ratio, 3),
+        "load_average_1min": os.getloadavg()[0],
+    }
+    print(json.dumps(figures))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", type=Path, default=Path("conf/small_demo.yaml"))
+    parser.add_argument("--config", type=Path, default=REPO / "conf" / "small_demo.yaml")
     parser.add_argument("--reps", type=int, default=5, help="repetitions per figure (median)")
     parser.add_argument("--seconds", type=float, default=0.5, help="length of one repetition")
+    parser.add_argument("--against", metavar="REV", help="time beside git revision REV")
+    parser.add_argument("--rounds", type=int, default=7, help="alternating rounds (--against)")
+    parser.add_argument("--batch", type=int, default=1024, help="batch size (--against)")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker:  # one figure of `against`, from whichever tree PYTHONPATH names
+        cfg = load_config(args.config)
+        print(sim_steps_per_second(cfg, args.batch, 1, args.reps, args.seconds))
+        return
+    if args.against:
+        against(args)
+        return
 
     small = load_config(args.config)
     large = replace(small, world=replace(small.world, regions=20, nodes_per_region=100))

@@ -27,8 +27,8 @@ def rollout(sim: MultiCloudSim, seeds: np.ndarray, steps: int) -> tuple[np.ndarr
     obs, mask = sim.reset(seeds)
     ingress, rewards = np.empty((steps, len(seeds)), np.int64), np.empty((steps, len(seeds)))
     for k in range(steps):
-        ingress[k] = sim.ingress
-        assert (obs[:, sim.layout.region("local")].argmax(axis=1) == sim.ingress).all()
+        ingress[k] = sim.state.ingress
+        assert (obs[:, sim.layout.region("local")].argmax(axis=1) == sim.state.ingress).all()
         result = sim.step(mask.argmax(axis=1))
         rewards[k] = result.reward
         obs, mask = result.obs, result.mask
@@ -49,10 +49,10 @@ def test_the_arena_offers_the_estate_what_the_busiest_region_offers_alone() -> N
     cfg = load_config(SMALL_DEMO, ["world.region_load=[0.5,1.0,0.8]"])
     alone = MultiCloudSim(cfg.world, cfg.reward, [0])
     joint = MultiCloudSim(cfg.world, cfg.reward, [0], joint=True)
-    rates = joint._statics[4][kernel.ARRIVAL_RATE]
+    rates = joint._statics.reg[kernel.ARRIVAL_RATE]
     assert rates.sum() == pytest.approx(alone.spec.arrival_rate[1], rel=1e-12)
     np.testing.assert_allclose(rates / rates.sum(), np.array([0.5, 1.0, 0.8]) / 2.3, rtol=1e-12)
-    np.testing.assert_array_equal(alone._statics[4][kernel.ARRIVAL_RATE], alone.spec.arrival_rate)
+    np.testing.assert_array_equal(alone._statics.reg[kernel.ARRIVAL_RATE], alone.spec.arrival_rate)
 
 
 def test_a_joint_world_depends_on_its_own_seed_only() -> None:

@@ -28,13 +28,18 @@ def _world(cfg: ExperimentConfig, error: float | None) -> MultiCloudSim:
 def _run(sim: MultiCloudSim, actions: np.ndarray) -> tuple[np.ndarray, ...]:
     """Step through a fixed action sequence; every step's observation, reward and the
     declared and true size of the job each observation shows."""
-    obs, rewards, declared, sizes = [sim.obs.copy()], [], [sim.declared.copy()], [sim.size.copy()]
+    obs, rewards, declared, sizes = (
+        [sim.obs.copy()],
+        [],
+        [sim.state.declared.copy()],
+        [sim.state.size.copy()],
+    )
     for a in actions:
         step = sim.step(np.where(sim.mask[np.arange(ENVS), a], a, sim.mask.argmax(axis=1)))
         obs.append(step.obs)
         rewards.append(step.reward)
-        declared.append(sim.declared.copy())
-        sizes.append(sim.size.copy())
+        declared.append(sim.state.declared.copy())
+        sizes.append(sim.state.size.copy())
     return tuple(np.array(x) for x in (obs, rewards, declared, sizes))
 
 
@@ -84,15 +89,15 @@ def test_myopic_expected_prices_the_declared_size(small_demo, actions) -> None:
     noisy ones they follow the declaration, not the true size."""
     sim = _world(small_demo, 0.0)
     _run(sim, actions[:50])
-    sim.backlog[:] = 0.0
-    sim.count[:] = 0
+    sim.state.backlog[:] = 0.0
+    sim.state.count[:] = 0
     np.testing.assert_allclose(sim.expected_dispatch_costs(), sim.dispatch_costs())
     noisy = _world(small_demo, 1.0)
     _run(noisy, actions[:50])
     costs = noisy.expected_dispatch_costs()
-    noisy.size *= 3.0
+    noisy.state.size[:] *= 3.0
     np.testing.assert_array_equal(noisy.expected_dispatch_costs(), costs)
-    noisy.declared *= 3.0
+    noisy.state.declared[:] *= 3.0
     assert not np.array_equal(noisy.expected_dispatch_costs(), costs)
     actions_now = DISPATCHERS["myopic-expected"](noisy, seed=1).act(noisy.obs, noisy.mask)
     chosen = noisy.expected_dispatch_costs()[np.arange(ENVS), actions_now]

@@ -34,7 +34,7 @@ def test_the_docstring_example_runs() -> None:
 
 def test_make_accepts_a_config_path_ingress_name_and_time_limit(small_demo_path: Path) -> None:
     env = gym.make(ENV_ID, config=small_demo_path, ingress="europe-west9", max_episode_steps=5)
-    assert env.unwrapped.sim.ingress.tolist() == [1]
+    assert env.unwrapped.sim.state.ingress.tolist() == [1]
     _, info = env.reset(seed=1)
     ends = []
     for _ in range(5):

@@ -187,16 +187,16 @@ def test_myopic_expected_reads_no_hidden_state(small_demo: ExperimentConfig, rol
     expected, oracle = sim.expected_dispatch_costs(), sim.dispatch_costs()
     actions = DISPATCHERS["myopic-expected"](sim, seed=3).act(sim.obs, sim.mask)
     np.testing.assert_array_equal(expected[np.arange(6), actions], expected.min(axis=1))
-    sim.size *= 3.0
-    sim.backlog *= 0.5
+    sim.state.size[:] *= 3.0
+    sim.state.backlog[:] *= 0.5
     np.testing.assert_array_equal(sim.expected_dispatch_costs(), expected)
     np.testing.assert_array_equal(
         DISPATCHERS["myopic-expected"](sim, seed=3).act(sim.obs, sim.mask), actions
     )
     assert not np.array_equal(sim.dispatch_costs(), oracle)
-    sim.size[:] = sim.spec.mean_service_s
-    sim.backlog[:] = 0.0
-    sim.count[:] = 0
+    sim.state.size[:] = sim.spec.mean_service_s
+    sim.state.backlog[:] = 0.0
+    sim.state.count[:] = 0
     np.testing.assert_allclose(sim.expected_dispatch_costs(), sim.dispatch_costs())
 
 

@@ -76,10 +76,10 @@ def _down_share(cfg: ExperimentConfig, envs: int, steps: int) -> np.ndarray:
     obs, mask = sim.reset(np.arange(envs))
     down, total = np.zeros(sim.num_actions), 0.0
     for _ in range(steps):
-        start, up = sim.t.copy(), obs[:, sim.layout.node("up")]
+        start, up = sim.state.t.copy(), obs[:, sim.layout.node("up")]
         result = sim.step(np.where(mask, -obs[:, sim.layout.node("queue")], -np.inf).argmax(axis=1))
-        down += ((1.0 - up) * (sim.t - start)[:, None]).sum(axis=0)
-        total += float((sim.t - start).sum())
+        down += ((1.0 - up) * (sim.state.t - start)[:, None]).sum(axis=0)
+        total += float((sim.state.t - start).sum())
         obs, mask = result.obs, result.mask
     return (down / total).reshape(sim.num_regions, -1).mean(axis=1)
 

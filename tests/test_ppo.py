@@ -203,7 +203,7 @@ def test_ppo_learns_to_keep_jobs_in_their_own_region() -> None:
     local = []
     for _ in range(200):
         actions = policy.act(obs, mask)
-        local.append(actions == sim.ingress)
+        local.append(actions == sim.state.ingress)
         result = sim.step(actions)
         obs, mask = result.obs, result.mask
     assert np.mean(local) > 0.9

@@ -31,10 +31,10 @@ def test_replayed_arrival_rate_sets_the_pace_of_jobs() -> None:
     for rate in (1.0, 1000.0):
         world = sim()
         world.replay_signals(arrival_rate=np.full(3, rate))
-        start = world.t.copy()
+        start = world.state.t.copy()
         for _ in range(50):
             world.step(np.zeros(3, dtype=np.int64))
-        elapsed[rate] = (world.t - start).mean()
+        elapsed[rate] = (world.state.t - start).mean()
     assert elapsed[1.0] > 100 * elapsed[1000.0]
 
 

@@ -31,7 +31,7 @@ def test_random_dispatch_on_identical_servers_is_mm1(
     for k in range(warmup + steps):
         actions = policy.act(obs, mask)
         background = obs[:, sim.layout.node("background")][np.arange(envs), actions]
-        service_s = sim.size / (sim.spec.speed[actions] * (1.0 - background))
+        service_s = sim.state.size / (sim.spec.speed[actions] * (1.0 - background))
         result = sim.step(actions)
         if k >= warmup:
             latency_s = result.metrics[:, LATENCY] / 1000.0
@@ -194,16 +194,16 @@ def test_explicit_phases_set_each_clock(small_demo: ExperimentConfig) -> None:
     phases = np.array([0.0, 0.1, 0.375, 0.5, 0.9, 0.999])
     sim = MultiCloudSim(world, small_demo.reward, np.arange(6) % world.regions)
     obs, _ = sim.reset(np.full(6, 7), phases)
-    first_gap = sim.t - phases * period  # the clock ran to the first arrival only
+    first_gap = sim.state.t - phases * period  # the clock ran to the first arrival only
     assert (first_gap > 0).all() and (first_gap < 0.05).all()
-    theta = 2 * np.pi * sim.t / period
+    theta = 2 * np.pi * sim.state.t / period
     clock = obs[:, sim.layout.globals_span]
     np.testing.assert_allclose(clock, np.c_[np.sin(theta), np.cos(theta)], rtol=1e-6)
     # the same phases with the warm-up: the first job comes later in the same day
     warm = MultiCloudSim(small_demo.world, small_demo.reward, np.arange(6) % world.regions)
     warm.reset(np.full(6, 7), phases)
-    assert ((warm.t - phases * period) > first_gap).all()
-    assert ((warm.t - phases * period) < 0.05 * period).all()
+    assert ((warm.state.t - phases * period) > first_gap).all()
+    assert ((warm.state.t - phases * period) < 0.05 * period).all()
 
 
 def test_drawn_phases_cover_the_day_reproducibly_whatever_the_batch(
@@ -214,15 +214,15 @@ def test_drawn_phases_cover_the_day_reproducibly_whatever_the_batch(
     seeds = np.arange(envs) * 104729 + 11
     sim = MultiCloudSim(world, small_demo.reward, np.arange(envs) % world.regions)
     sim.reset(seeds)
-    phase = sim.t / world.diurnal_period_s  # phase + one inter-arrival time
+    phase = sim.state.t / world.diurnal_period_s  # phase + one inter-arrival time
     assert set(np.floor(phase * 8).astype(int).tolist()) == set(range(8))
     for k in (0, 17, 255):
         alone = MultiCloudSim(world, small_demo.reward, [k % world.regions])
         alone.reset(seeds[k : k + 1])
-        assert alone.t[0] == sim.t[k]
+        assert alone.state.t[0] == sim.state.t[k]
     again = MultiCloudSim(world, small_demo.reward, np.arange(envs) % world.regions)
     again.reset(seeds)
-    np.testing.assert_array_equal(again.t, sim.t)
+    np.testing.assert_array_equal(again.state.t, sim.state.t)
 
 
 def test_bad_phases_are_clear_errors(small_demo: ExperimentConfig) -> None:
@@ -237,11 +237,14 @@ def test_bad_phases_are_clear_errors(small_demo: ExperimentConfig) -> None:
 def _true_sed(sim: MultiCloudSim) -> np.ndarray:
     """Shortest expected delay on the true state: RTT + (backlog + size) / effective rate."""
     spec, regions = sim.spec, np.repeat(np.arange(sim.num_regions), sim.nodes_per_region)
-    s, c = sim.clock[:, :1], sim.clock[:, 1:]
+    s, c = sim.state.clock[:, :1], sim.state.clock[:, 1:]
     day = s * np.cos(spec.phase)[regions] + c * np.sin(spec.phase)[regions]
     share = spec.background_mean[regions] * (1 + spec.background_swing[regions] * day)
     rate = spec.speed * (1 - np.clip(share, 0.0, 0.95))
-    delay = spec.rtt_s[sim.ingress][:, regions] + (sim.backlog + sim.size[:, None]) / rate
+    delay = (
+        spec.rtt_s[sim.state.ingress][:, regions]
+        + (sim.state.backlog + sim.state.size[:, None]) / rate
+    )
     return np.where(sim.mask, delay, np.inf).argmin(axis=1)
 
 
@@ -257,10 +260,10 @@ def test_warm_up_is_unscored_sed_dispatch_from_an_empty_estate(
     warm = MultiCloudSim(small_demo.world, small_demo.reward, ingress)
     obs, _ = warm.reset(seeds, phases)
     assert (obs[:, warm.layout.node("queue")].sum(axis=1) > 0).all(), "the estate is not busy"
-    assert (warm.backlog.sum(axis=1) > 0).all()
+    assert (warm.state.backlog.sum(axis=1) > 0).all()
     cold = MultiCloudSim(_no_warmup(small_demo), small_demo.reward, ingress)
     cold.reset(seeds, phases)
-    assert (cold.count == 0).all()
+    assert (cold.state.count == 0).all()
     for _ in range(warmup):
         cold.step(_true_sed(cold))
     for name, value in warm.get_state().items():
@@ -287,21 +290,21 @@ def test_a_job_admitted_when_every_live_node_is_full_is_counted(
     overfull = 0
     for _ in range(1500):
         actions = np.where(mask, rng.random(mask.shape), -1.0).argmax(axis=1)
-        overfull += int((sim.count[rows, actions] >= world.queue_capacity).sum())
-        arrival = sim.t.copy()
+        overfull += int((sim.state.count[rows, actions] >= world.queue_capacity).sum())
+        arrival = sim.state.t.copy()
         result = sim.step(actions)
         regions = actions // sim.nodes_per_region
-        sojourn = result.metrics[:, LATENCY] / 1000.0 - sim.spec.rtt_s[sim.ingress, regions]
+        sojourn = result.metrics[:, LATENCY] / 1000.0 - sim.spec.rtt_s[sim.state.ingress, regions]
         for b, a in enumerate(actions):
             if not result.refused[b]:  # no room anywhere: turned away, never queued
                 node = done_at[b][a]  # FCFS: no job leaves before the one ahead of it
                 node.append(max([arrival[b] + sojourn[b], *node[-1:]]))
         for b in rows:
-            expected = [sum(1 for c in node if c > sim.t[b] + 1e-9) for node in done_at[b]]
-            assert sim.count[b].tolist() == expected
+            expected = [sum(1 for c in node if c > sim.state.t[b] + 1e-9) for node in done_at[b]]
+            assert sim.state.count[b].tolist() == expected
         mask = result.mask
     assert overfull > 50, overfull  # the fallback was exercised
-    assert sim.count.max() > world.queue_capacity
+    assert sim.state.count.max() > world.queue_capacity
 
 
 def test_with_no_room_anywhere_the_job_is_refused_at_the_worst_price(
@@ -311,7 +314,7 @@ def test_with_no_room_anywhere_the_job_is_refused_at_the_worst_price(
     sim = MultiCloudSim(world, small_demo.reward, [0])
     sim.reset([3], [0.0])
     hard = sim.spec.hard_capacity
-    assert sim.ring.shape[2] == hard > world.queue_capacity
+    assert sim.state.ring.shape[2] == hard > world.queue_capacity
     state = sim.get_state()
     later = state["t"][0] + 100.0
     state["ring"][:] = later
@@ -324,7 +327,9 @@ def test_with_no_room_anywhere_the_job_is_refused_at_the_worst_price(
     assert result.refused[0] and not result.invalid[0]
     assert result.reward[0] <= -costs.max()
     assert result.metrics[0, METRIC_NAMES.index("slo_violation")] == 1.0
-    assert (sim.count == hard).all() and (sim.backlog <= 50.0).all()  # no load was added
+    assert (sim.state.count == hard).all() and (
+        sim.state.backlog <= 50.0
+    ).all()  # no load was added
     assert result.mask.all()  # no room anywhere: every live node is offered
 
 
@@ -348,7 +353,7 @@ def test_completion_times_keep_their_precision_late_in_time(
     are float64 (a float32 ring rounds them to about a second at that age)."""
     ingress = np.arange(8) % small_demo.world.regions
     sim = MultiCloudSim(small_demo.world, small_demo.reward, ingress)
-    assert sim.ring.dtype == np.float64
+    assert sim.state.ring.dtype == np.float64
     obs, mask = sim.reset(np.arange(8), np.zeros(8))
     state = sim.get_state()
     shift = 1e6 * small_demo.world.diurnal_period_s

@@ -80,7 +80,7 @@ def evaluate_arena(
         raise ValueError(f"{name}: {len(policies)} policies for {sim.num_regions} regions")
     sim.reset(seeds, phases=phases)
     reward_sum, metric_sum, latencies = rollout(
-        sim, lambda obs, mask: _act(policies, sim.ingress, obs, mask), steps
+        sim, lambda obs, mask: _act(policies, sim.state.ingress, obs, mask), steps
     )
     p95 = np.percentile(latencies, 95, axis=0)
     return [

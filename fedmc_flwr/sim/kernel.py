@@ -24,14 +24,16 @@ env's own stream unless given) and lets the world dispatch `warmup_jobs` jobs by
 each to the valid node of shortest expected delay on the true state (RTT from the ingress
 + (backlog + job size) / effective rate), before the first job a policy sees.
 
-The arrays below are laid out by `world.MultiCloudSim`; the estate's fixed arrays travel
-as one `statics` tuple, `(speed, power, price_mult, node_region, reg, rtt, p,
-nodes_per_region)`, and the index constants name the rows of `reg` and `p`.
+Every kernel takes three named tuples, laid out by `world.MultiCloudSim` and read by
+field name: `State` (what moves), `StepOut` (what a step writes besides) and `Statics`
+(the estate's fixed arrays; the index constants name the rows of its `reg` and `p`).
+Numba compiles a named tuple as a plain tuple, so a name costs nothing at run time.
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit, prange
@@ -56,6 +58,82 @@ from fedmc_flwr.sim.layout import (
 
 # before the first @njit below: numba picks a function's cache locator when decorating it
 compile_cache.install()
+
+
+class Statics(NamedTuple):
+    """The estate's fixed arrays: what a world is, as opposed to where it stands."""
+
+    speed: np.ndarray
+    """[N] service-rate factor of each node."""
+    power: np.ndarray
+    """[N] power draw of each node, W."""
+    price_mult: np.ndarray
+    """[N] each node's price factor on its region's price."""
+    node_region: np.ndarray
+    """[N] each node's region."""
+    reg: np.ndarray
+    """[11, R] region parameters (rows named by the constants below)."""
+    rtt: np.ndarray
+    """[R, R] round-trip times between regions, s."""
+    p: np.ndarray
+    """Scalar parameters (indices named by the constants below)."""
+    nodes_per_region: int
+
+
+class State(NamedTuple):
+    """A batch's mutable arrays (B envs, N nodes, R regions): everything that moves, one
+    argument of every kernel, so that a kernel reads `state.backlog[b, n]` by name and
+    `MultiCloudSim.get_state` saves it field by field."""
+
+    t: np.ndarray
+    """[B] each env's clock, s."""
+    clock: np.ndarray
+    """[B, 2] sin and cos of each env's time of day."""
+    backlog: np.ndarray
+    """[B, N] each node's unfinished work, s at unit speed (Lindley's recursion)."""
+    ring: np.ndarray
+    """[B, N, C] each node's predicted completion times, a ring of C slots."""
+    next_done: np.ndarray
+    """[B, N] each node's earliest predicted completion (inf when idle)."""
+    head: np.ndarray
+    """[B, N] each ring's first occupied slot."""
+    count: np.ndarray
+    """[B, N] jobs at each node."""
+    down_until: np.ndarray
+    """[B, N] the time each node comes back up (<= now when it is up)."""
+    rng: np.ndarray
+    """[B] each env's random stream word (uint64)."""
+    burst: np.ndarray
+    """[B, R] each region's burst state, 0 or 1."""
+    size: np.ndarray
+    """[B] the waiting job's true size, s at unit speed."""
+    declared: np.ndarray
+    """[B] the size the waiting job declares (`world.declared_size`)."""
+    ingress: np.ndarray
+    """[B] the waiting job's region of arrival."""
+    obs: np.ndarray
+    """[B, D] float32 observation of the waiting job (the rows of `layout.py`)."""
+    mask: np.ndarray
+    """[B, N] bool: the nodes the waiting job may go to."""
+
+
+class StepOut(NamedTuple):
+    """What one step writes besides the state: the next job's view, and the dispatched
+    job's outcome (the step reads `State.mask`, so the next mask goes here, not there)."""
+
+    obs: np.ndarray
+    """[B, D] the next job's observation."""
+    mask: np.ndarray
+    """[B, N] the next job's mask."""
+    reward: np.ndarray
+    """[B] minus the dispatched job's weighted cost."""
+    metrics: np.ndarray
+    """[B, 5] latency (ms), violation, cost (USD), carbon (g), energy (kWh)."""
+    invalid: np.ndarray
+    """[B] bool: the action was masked (served at the worst valid node)."""
+    refused: np.ndarray
+    """[B] bool: no live node had room."""
+
 
 # rows of the [11, R] region parameter array
 PRICE_MEAN, PRICE_SWING, CARBON_MEAN, CARBON_SWING, BG_MEAN, BG_SWING = 0, 1, 2, 3, 4, 5
@@ -176,19 +254,11 @@ def _local_day(reg, r, s, c):
 
 
 @njit(cache=True, inline="always")
-def _outcome(
-    b,
-    n,
-    ingress,
-    size,
-    clock,
-    backlog,
-    count,
-    statics,
-):
+def _outcome(b, n, ingress, size, clock, backlog, count, statics):
     """Latency (s), violation, cost, energy and carbon of sending env b's job to node n."""
-    speed, power, price_mult, _, reg, rtt, p, nodes_per_region = statics
-    r = n // nodes_per_region
+    speed, power, price_mult = statics.speed, statics.power, statics.price_mult
+    reg, rtt, p = statics.reg, statics.rtt, statics.p
+    r = n // statics.nodes_per_region
     s, c = clock[b, 0], clock[b, 1]
     day = _local_day(reg, r, s, c)
     rate = speed[n] * (1.0 - _background(reg, r, s, c))
@@ -206,6 +276,14 @@ def _outcome(
 
 
 @njit(cache=True, inline="always")
+def _job_outcome(b, n, state, statics):
+    """`_outcome` of env b's waiting job on node n, on the true state."""
+    return _outcome(
+        b, n, state.ingress[b], state.size[b], state.clock, state.backlog, state.count, statics
+    )
+
+
+@njit(cache=True, inline="always")
 def _weighted_cost(p, latency, violation, cost, carbon):
     return (
         p[W_LATENCY] * latency / p[SLO]
@@ -216,16 +294,20 @@ def _weighted_cost(p, latency, violation, cost, carbon):
 
 
 @njit(cache=True, inline="always")
-def _observe(b, t, clock, count, down_until, ingress, declared, obs, mask, statics, ring_size):
-    """Write env b's observation (the rows of `layout.py`) and mask (fallbacks: see above).
+def _observe(b, state, obs, mask, statics):
+    """Write env b's observation (the rows of `layout.py`) and mask (fallbacks: see above)
+    into `obs` and `mask`: the state's own at a reset, a step's `StepOut` after a step.
 
     The expected delay prices the waiting job as a mean job, or at its declared size when
     jobs declare theirs (`p[DECLARED_SIZE]`); the undeclared formula is kept as it was so
     that worlds without declarations stay the same bit for bit."""
-    speed, power, price_mult, _, reg, rtt, p, per_region = statics
+    speed, power, price_mult = statics.speed, statics.power, statics.price_mult
+    reg, rtt, p, per_region = statics.reg, statics.rtt, statics.p, statics.nodes_per_region
+    t, count, down_until = state.t[b], state.count, state.down_until
     n_nodes = count.shape[1]
+    ring_size = state.ring.shape[2]
     capacity = p[QUEUE_CAPACITY]
-    s, c = clock[b, 0], clock[b, 1]
+    s, c = state.clock[b, 0], state.clock[b, 1]
     any_valid = False
     for n in range(n_nodes):
         valid = down_until[b, n] <= t and count[b, n] < capacity
@@ -239,7 +321,7 @@ def _observe(b, t, clock, count, down_until, ingress, declared, obs, mask, stati
     if not any_valid:  # no room anywhere: every live node (the job will be refused)
         for n in range(n_nodes):
             mask[b, n] = down_until[b, n] <= t
-    i = ingress[b]
+    i = state.ingress[b]
     declares = p[DECLARED_SIZE] > 0.0
     for r in range(reg.shape[1]):  # nodes are numbered region by region
         day = _local_day(reg, r, s, c)
@@ -247,7 +329,7 @@ def _observe(b, t, clock, count, down_until, ingress, declared, obs, mask, stati
         carbon = reg[CARBON_MEAN, r] * (1.0 - reg[CARBON_SWING, r] * day)
         background = _background(reg, r, s, c)
         busy = p[MEAN_SERVICE] / (1.0 - background)
-        job = declared[b] / (1.0 - background) if declares else 0.0
+        job = state.declared[b] / (1.0 - background) if declares else 0.0
         link = rtt[i, r]
         local = 1.0 if r == i else 0.0
         for n in range(r * per_region, (r + 1) * per_region):
@@ -273,23 +355,24 @@ def _observe(b, t, clock, count, down_until, ingress, declared, obs, mask, stati
 
 
 @njit(cache=True, inline="always")
-def _admit(b, n, t, size, sojourn, backlog, ring, next_done, head, count):
+def _admit(b, n, sojourn, state):
     """Queue env b's job on node n: its work joins the backlog, its completion the ring."""
+    ring, head, count = state.ring, state.head, state.count
     capacity = ring.shape[2]
-    backlog[b, n] += size[b]
+    state.backlog[b, n] += state.size[b]
     k = count[b, n]
     slot = head[b, n] + k
     slot = slot - capacity if slot >= capacity else slot
-    ring[b, n, slot] = t[b] + sojourn
+    ring[b, n, slot] = state.t[b] + sojourn
     count[b, n] = k + 1
     if k == 0:
-        next_done[b, n] = ring[b, n, slot]
+        state.next_done[b, n] = ring[b, n, slot]
 
 
 @njit(cache=True)
-def _worst_valid(b, mask, ingress, size, clock, backlog, count, statics):
+def _worst_valid(b, state, statics):
     """The valid node where env b's job costs most (all nodes if none is valid)."""
-    p = statics[6]
+    p, mask = statics.p, state.mask
     n_nodes = mask.shape[1]
     any_valid = False
     for n in range(n_nodes):
@@ -298,9 +381,7 @@ def _worst_valid(b, mask, ingress, size, clock, backlog, count, statics):
     for n in range(n_nodes):
         if any_valid and not mask[b, n]:
             continue
-        latency, violation, cost, _, carbon, _ = _outcome(
-            b, n, ingress[b], size[b], clock, backlog, count, statics
-        )
+        latency, violation, cost, _, carbon, _ = _job_outcome(b, n, state, statics)
         score = _weighted_cost(p, latency, violation, cost, carbon)
         if score > worst_cost:
             worst, worst_cost = n, score
@@ -308,17 +389,18 @@ def _worst_valid(b, mask, ingress, size, clock, backlog, count, statics):
 
 
 @njit(cache=True)
-def _shortest_expected_delay(b, mask, ingress, size, clock, backlog, statics):
+def _shortest_expected_delay(b, state, statics):
     """The valid node of shortest expected delay for env b's job, on the true state."""
-    speed, _, _, _, reg, rtt, _, nodes_per_region = statics
-    s, c = clock[b, 0], clock[b, 1]
+    speed, reg, rtt = statics.speed, statics.reg, statics.rtt
+    mask, backlog, size = state.mask, state.backlog, state.size
+    s, c = state.clock[b, 0], state.clock[b, 1]
     best, best_delay = 0, np.inf
     for n in range(mask.shape[1]):
         if not mask[b, n]:
             continue
-        r = n // nodes_per_region
+        r = n // statics.nodes_per_region
         rate = speed[n] * (1.0 - _background(reg, r, s, c))
-        delay = rtt[ingress[b], r] + (backlog[b, n] + size[b]) / rate
+        delay = rtt[state.ingress[b], r] + (backlog[b, n] + size[b]) / rate
         if delay < best_delay:
             best, best_delay = n, delay
     return best
@@ -345,25 +427,7 @@ def _step_burst(rng, b, burst, r, p):
 
 
 @njit(cache=True, inline="always")
-def _advance(
-    b,
-    t,
-    clock,
-    backlog,
-    ring,
-    next_done,
-    head,
-    count,
-    down_until,
-    rng,
-    burst,
-    size,
-    declared,
-    ingress,
-    speed,
-    reg,
-    p,
-):
+def _advance(b, state, statics):
     """Draw the next arrival and move env b's clock, queues and outages up to it.
 
     One ingress: the job is that region's. Joint (`p[JOINT]`): every region's workload
@@ -371,6 +435,10 @@ def _advance(
     the total rate; `ingress[b]` becomes that region. A region's burst chain moves at each
     of its own arrivals in either case.
     """
+    speed, reg, p = statics.speed, statics.reg, statics.p
+    t, clock, backlog, rng, burst = state.t, state.clock, state.backlog, state.rng, state.burst
+    ring, next_done, head, count = state.ring, state.next_done, state.head, state.count
+    down_until, size, ingress = state.down_until, state.size, state.ingress
     s, c = clock[b, 0], clock[b, 1]
     nregions = reg.shape[1]
     if p[JOINT] > 0.0:
@@ -435,30 +503,11 @@ def _advance(
             down_until[b, n] = now + duration
     size[b] = _job_size(rng, b, p)
     if p[DECLARED_SIZE] > 0.0:
-        declared[b] = _declare(rng, b, p, size[b])
+        state.declared[b] = _declare(rng, b, p, size[b])
 
 
 @njit(cache=True)
-def reset_kernel(
-    envs,
-    phases,
-    t,
-    clock,
-    backlog,
-    ring,
-    next_done,
-    head,
-    count,
-    down_until,
-    rng,
-    burst,
-    size,
-    declared,
-    ingress,
-    obs,
-    mask,
-    statics,
-):
+def reset_kernel(envs, phases, state, statics):
     """Restart the listed envs at their phase of the day, warm them up, observe them.
 
     `phases[j]` is env `envs[j]`'s start as a fraction of the day, NaN to take the uniform
@@ -466,162 +515,70 @@ def reset_kernel(
     one gives the same trajectory). Then `warmup_jobs` jobs go, one by one as they
     arrive, to the valid node of shortest expected delay; none is scored.
     """
-    speed, _, _, _, reg, _, p, _ = statics
-    ring_size = ring.shape[2]
+    p, t, clock = statics.p, state.t, state.clock
+    ring_size = state.ring.shape[2]
     warmup = int(p[WARMUP_JOBS])
     for j in range(envs.shape[0]):
         b = envs[j]
-        drawn = _uniform(rng, b)
+        drawn = _uniform(state.rng, b)
         phase = drawn if math.isnan(phases[j]) else phases[j]
         t[b] = phase * p[PERIOD]
         theta = 2.0 * math.pi * phase
         clock[b, 0] = math.sin(theta)
         clock[b, 1] = math.cos(theta)
-        backlog[b, :] = 0.0
-        head[b, :] = 0
-        next_done[b, :] = np.inf
-        count[b, :] = 0
-        down_until[b, :] = 0.0
-        burst[b, :] = 0
+        state.backlog[b, :] = 0.0
+        state.head[b, :] = 0
+        state.next_done[b, :] = np.inf
+        state.count[b, :] = 0
+        state.down_until[b, :] = 0.0
+        state.burst[b, :] = 0
         for w in range(warmup + 1):
             if w > 0:  # dispatch the waiting job by shortest expected delay, unscored
-                n = _shortest_expected_delay(b, mask, ingress, size, clock, backlog, statics)
-                if count[b, n] < ring_size:
-                    _, _, _, _, _, sojourn = _outcome(
-                        b, n, ingress[b], size[b], clock, backlog, count, statics
-                    )
-                    _admit(b, n, t, size, sojourn, backlog, ring, next_done, head, count)
-            _advance(
-                b,
-                t,
-                clock,
-                backlog,
-                ring,
-                next_done,
-                head,
-                count,
-                down_until,
-                rng,
-                burst,
-                size,
-                declared,
-                ingress,
-                speed,
-                reg,
-                p,
-            )
-            _observe(
-                b, t[b], clock, count, down_until, ingress, declared, obs, mask, statics, ring_size
-            )
+                n = _shortest_expected_delay(b, state, statics)
+                if state.count[b, n] < ring_size:
+                    _, _, _, _, _, sojourn = _job_outcome(b, n, state, statics)
+                    _admit(b, n, sojourn, state)
+            _advance(b, state, statics)
+            _observe(b, state, state.obs, state.mask, statics)
 
 
 @njit(cache=True, inline="always")
-def _step_env(
-    b,
-    actions,
-    t,
-    clock,
-    backlog,
-    ring,
-    next_done,
-    head,
-    count,
-    down_until,
-    rng,
-    burst,
-    size,
-    declared,
-    ingress,
-    mask,
-    obs_out,
-    mask_out,
-    reward,
-    metrics,
-    invalid,
-    refused,
-    statics,
-):
+def _step_env(b, actions, state, out, statics):
     """Env b: dispatch its waiting job to its action, then advance to its next job."""
-    speed, _, _, _, reg, _, p, _ = statics
-    ring_size = ring.shape[2]
+    mask, metrics = state.mask, out.metrics
     a = actions[b]
     n = a
     bad = not (0 <= a < mask.shape[1] and mask[b, a])
     if bad:  # no free drops: served where it costs most
-        n = _worst_valid(b, mask, ingress, size, clock, backlog, count, statics)
-    full = count[b, n] >= ring_size
+        n = _worst_valid(b, state, statics)
+    full = state.count[b, n] >= state.ring.shape[2]
     if full:  # no live node has room: refused, scored at the worst
-        n = _worst_valid(b, mask, ingress, size, clock, backlog, count, statics)
-    latency, violation, cost, energy, carbon, sojourn = _outcome(
-        b, n, ingress[b], size[b], clock, backlog, count, statics
-    )
+        n = _worst_valid(b, state, statics)
+    latency, violation, cost, energy, carbon, sojourn = _job_outcome(b, n, state, statics)
     if full:
         violation = 1.0
     else:
-        _admit(b, n, t, size, sojourn, backlog, ring, next_done, head, count)
-    invalid[b] = bad
-    refused[b] = full
+        _admit(b, n, sojourn, state)
+    out.invalid[b] = bad
+    out.refused[b] = full
     metrics[b, LATENCY_MS] = latency * 1000.0
     metrics[b, SLO_VIOLATION] = violation
     metrics[b, COST_USD] = cost
     metrics[b, CARBON_G] = carbon
     metrics[b, ENERGY_KWH] = energy
-    reward[b] = -_weighted_cost(p, latency, violation, cost, carbon)
-    _advance(
-        b,
-        t,
-        clock,
-        backlog,
-        ring,
-        next_done,
-        head,
-        count,
-        down_until,
-        rng,
-        burst,
-        size,
-        declared,
-        ingress,
-        speed,
-        reg,
-        p,
-    )
-    _observe(
-        b, t[b], clock, count, down_until, ingress, declared, obs_out, mask_out, statics, ring_size
-    )
+    out.reward[b] = -_weighted_cost(statics.p, latency, violation, cost, carbon)
+    _advance(b, state, statics)
+    _observe(b, state, out.obs, out.mask, statics)
 
 
 @njit(cache=True, _nrt=False)
-def step_kernel(
-    actions,
-    t,
-    clock,
-    backlog,
-    ring,
-    next_done,
-    head,
-    count,
-    down_until,
-    rng,
-    burst,
-    size,
-    declared,
-    ingress,
-    mask,
-    obs_out,
-    mask_out,
-    reward,
-    metrics,
-    invalid,
-    refused,
-    statics,
-):
+def step_kernel(actions, state, out, statics):
     """Dispatch every env's pending job to its action, then advance to the next job.
 
-    `mask` is the mask the actions were chosen under; the next job's observation and mask
-    go to `obs_out` and `mask_out`; `invalid[b]` and `refused[b]` say whether the job just
-    dispatched had a masked action (it went to the worst valid node), or found no room
-    anywhere (see the module docstring). One thread: on several threads the parallel
+    `state.mask` is the mask the actions were chosen under; the next job's observation and
+    mask go to `out.obs` and `out.mask`; `out.invalid[b]` and `out.refused[b]` say whether
+    the job just dispatched had a masked action (it went to the worst valid node), or found
+    no room anywhere (see the module docstring). One thread: on several threads the parallel
     kernel's idle OpenMP workers spin after each call, which on a busy machine steals the
     CPU from the learner's work between steps.
 
@@ -633,120 +590,41 @@ def step_kernel(
     the same worlds bit for bit.
     """
     for b in range(actions.shape[0]):
-        _step_env(
-            b,
-            actions,
-            t,
-            clock,
-            backlog,
-            ring,
-            next_done,
-            head,
-            count,
-            down_until,
-            rng,
-            burst,
-            size,
-            declared,
-            ingress,
-            mask,
-            obs_out,
-            mask_out,
-            reward,
-            metrics,
-            invalid,
-            refused,
-            statics,
-        )
+        _step_env(b, actions, state, out, statics)
 
 
 @njit(cache=True, parallel=True)
-def step_kernel_parallel(
-    actions,
-    t,
-    clock,
-    backlog,
-    ring,
-    next_done,
-    head,
-    count,
-    down_until,
-    rng,
-    burst,
-    size,
-    declared,
-    ingress,
-    mask,
-    obs_out,
-    mask_out,
-    reward,
-    metrics,
-    invalid,
-    refused,
-    statics,
-):
+def step_kernel_parallel(actions, state, out, statics):
     """`step_kernel` on `numba.set_num_threads` threads, for large batches.
 
-    `mask` is the mask the actions were chosen under; the next job's observation and mask
-    go to `obs_out` and `mask_out`; `invalid[b]` and `refused[b]` say whether the job just
-    dispatched had a masked action (it went to the worst valid node), or found no room
-    anywhere (see the module docstring). Each env touches only its own rows, so the result
-    is the same bit for bit on any number of threads (`numba.set_num_threads`).
+    Each env touches only its own rows, so the result is the same bit for bit on any
+    number of threads.
     """
     for b in prange(actions.shape[0]):
-        _step_env(
-            b,
-            actions,
-            t,
-            clock,
-            backlog,
-            ring,
-            next_done,
-            head,
-            count,
-            down_until,
-            rng,
-            burst,
-            size,
-            declared,
-            ingress,
-            mask,
-            obs_out,
-            mask_out,
-            reward,
-            metrics,
-            invalid,
-            refused,
-            statics,
-        )
+        _step_env_call(b, actions, state, out, statics)
 
 
 @njit(cache=True)
-def dispatch_cost_kernel(
-    clock,
-    backlog,
-    count,
-    size,
-    ingress,
-    mask,
-    out,
-    statics,
-):
-    """Immediate weighted cost of every action for every env's pending job (inf if masked)."""
-    p = statics[6]
+def _step_env_call(b, actions, state, out, statics):
+    """`_step_env` as a call of its own. Inlined into a `prange` body, some of its writes
+    through the named tuples' fields were lost (numba 0.68.1), so the parallel kernel calls
+    it instead; the serial kernel inlines it. `tests/test_world.py` compares the two."""
+    _step_env(b, actions, state, out, statics)
+
+
+@njit(cache=True)
+def dispatch_cost_kernel(clock, backlog, count, size, ingress, mask, out, statics):
+    """Immediate weighted cost of every action for every env's pending job (inf if masked).
+
+    It takes the job sizes and backlogs as arrays of their own, not the `State`, so that the
+    caller can price the job as the observation knows it (declared size, mean jobs)."""
+    p = statics.p
     for b in range(out.shape[0]):
         for n in range(out.shape[1]):
             if not mask[b, n]:
                 out[b, n] = np.inf
                 continue
             latency, violation, cost, _, carbon, _ = _outcome(
-                b,
-                n,
-                ingress[b],
-                size[b],
-                clock,
-                backlog,
-                count,
-                statics,
+                b, n, ingress[b], size[b], clock, backlog, count, statics
             )
             out[b, n] = _weighted_cost(p, latency, violation, cost, carbon)

@@ -82,24 +82,6 @@ __doc__ = __doc__.replace("{observation_table}", doc_table())
 
 METRIC_NAMES = kernel.METRIC_NAMES
 
-_STATE_FIELDS = (
-    "t",
-    "clock",
-    "backlog",
-    "ring",
-    "next_done",
-    "head",
-    "count",
-    "down_until",
-    "rng",
-    "burst",
-    "size",
-    "declared",
-    "ingress",
-    "obs",
-    "mask",
-)
-
 
 @dataclass
 class StepResult:
@@ -201,33 +183,46 @@ class MultiCloudSim:
         self.obs_dim = self.layout.size
         self.joint = joint
         reg, p = _pack_params(self.spec, joint)
-        self._statics = (
-            self.spec.speed,
-            self.spec.power_w,
-            self.spec.price_mult,
-            np.repeat(np.arange(self.num_regions), self.nodes_per_region),
-            reg,
-            self.spec.rtt_s,
-            p,
-            self.nodes_per_region,
+        self._statics = kernel.Statics(
+            speed=self.spec.speed,
+            power=self.spec.power_w,
+            price_mult=self.spec.price_mult,
+            node_region=np.repeat(np.arange(self.num_regions), self.nodes_per_region),
+            reg=reg,
+            rtt=self.spec.rtt_s,
+            p=p,
+            nodes_per_region=self.nodes_per_region,
         )
         b, n = self.num_envs, self.num_actions
-        self.t = np.zeros(b)
-        self.clock = np.zeros((b, 2))
-        self.backlog = np.zeros((b, n))
-        self.ring = np.zeros((b, n, self.spec.hard_capacity))
-        self.next_done = np.full((b, n), np.inf)
-        self.head = np.zeros((b, n), dtype=np.int64)
-        self.count = np.zeros((b, n), dtype=np.int64)
-        self.down_until = np.zeros((b, n))
-        self.rng = np.zeros(b, dtype=np.uint64)
-        self.burst = np.zeros((b, self.num_regions), dtype=np.int64)
-        self.size = np.zeros(b)
-        self.declared = np.zeros(b)
-        self.ingress = ingress
-        self.obs = np.zeros((b, self.obs_dim), dtype=np.float32)
-        self.mask = np.zeros((b, n), dtype=np.bool_)
+        self.state = kernel.State(
+            t=np.zeros(b),
+            clock=np.zeros((b, 2)),
+            backlog=np.zeros((b, n)),
+            ring=np.zeros((b, n, self.spec.hard_capacity)),
+            next_done=np.full((b, n), np.inf),
+            head=np.zeros((b, n), dtype=np.int64),
+            count=np.zeros((b, n), dtype=np.int64),
+            down_until=np.zeros((b, n)),
+            rng=np.zeros(b, dtype=np.uint64),
+            burst=np.zeros((b, self.num_regions), dtype=np.int64),
+            size=np.zeros(b),
+            declared=np.zeros(b),
+            ingress=ingress,
+            obs=np.zeros((b, self.obs_dim), dtype=np.float32),
+            mask=np.zeros((b, n), dtype=np.bool_),
+        )
+        """Every array that moves (`kernel.State`); the kernels write into it in place."""
         self._seeded = False
+
+    @property
+    def obs(self) -> np.ndarray:
+        """[B, D] the waiting jobs' observations."""
+        return self.state.obs
+
+    @property
+    def mask(self) -> np.ndarray:
+        """[B, A] the actions the waiting jobs may take."""
+        return self.state.mask
 
     def reset(
         self, seeds: Sequence[int] | np.ndarray, phases: Sequence[float] | np.ndarray | None = None
@@ -265,28 +260,10 @@ class MultiCloudSim:
             if not ((start >= 0.0) & (start < 1.0)).all():
                 raise ValueError("phases are fractions of the day: each must lie in [0, 1)")
         kernel.seed_streams(seeds, rng_view := np.zeros(len(envs), dtype=np.uint64))
-        self.rng[envs] = rng_view
-        self.obs = self.obs.copy()  # the last StepResult.obs was handed out: never write it
-        kernel.reset_kernel(
-            envs,
-            start,
-            self.t,
-            self.clock,
-            self.backlog,
-            self.ring,
-            self.next_done,
-            self.head,
-            self.count,
-            self.down_until,
-            self.rng,
-            self.burst,
-            self.size,
-            self.declared,
-            self.ingress,
-            self.obs,
-            self.mask,
-            self._statics,
-        )
+        self.state.rng[envs] = rng_view
+        # the last StepResult.obs was handed out: never write it
+        self.state = self.state._replace(obs=self.state.obs.copy())
+        kernel.reset_kernel(envs, start, self.state, self._statics)
         if len(envs) == self.num_envs:
             self._seeded = True
         return self.obs.copy(), self.mask.copy()
@@ -303,42 +280,23 @@ class MultiCloudSim:
         actions = np.ascontiguousarray(actions, dtype=np.int64)
         if actions.shape != (self.num_envs,):
             raise ValueError(f"expected {self.num_envs} actions, got shape {actions.shape}")
-        reward = np.empty(self.num_envs)
-        metrics = np.empty((self.num_envs, len(METRIC_NAMES)))
-        obs = np.empty_like(self.obs)
-        mask = np.empty_like(self.mask)
-        invalid = np.empty(self.num_envs, dtype=np.bool_)
-        refused = np.empty(self.num_envs, dtype=np.bool_)
+        out = kernel.StepOut(
+            obs=np.empty_like(self.obs),
+            mask=np.empty_like(self.mask),
+            reward=np.empty(self.num_envs),
+            metrics=np.empty((self.num_envs, len(METRIC_NAMES))),
+            invalid=np.empty(self.num_envs, dtype=np.bool_),
+            refused=np.empty(self.num_envs, dtype=np.bool_),
+        )
         step = kernel.step_kernel
         if self.threads > 1:
             step = kernel.step_kernel_parallel
             self._use_threads()
-        step(
-            actions,
-            self.t,
-            self.clock,
-            self.backlog,
-            self.ring,
-            self.next_done,
-            self.head,
-            self.count,
-            self.down_until,
-            self.rng,
-            self.burst,
-            self.size,
-            self.declared,
-            self.ingress,
-            self.mask,
-            obs,
-            mask,
-            reward,
-            metrics,
-            invalid,
-            refused,
-            self._statics,
+        step(actions, self.state, out, self._statics)
+        self.state = self.state._replace(obs=out.obs, mask=out.mask)
+        return StepResult(
+            out.obs, out.mask.copy(), out.reward, out.metrics, out.invalid, out.refused
         )
-        self.obs, self.mask = obs, mask
-        return StepResult(obs, mask.copy(), reward, metrics, invalid, refused)
 
     def replay_signals(
         self, arrival_rate: np.ndarray | None = None, carbon: np.ndarray | None = None
@@ -350,7 +308,7 @@ class MultiCloudSim:
         daily cycle is switched off in every region; NaN keeps a region's own mean. The
         reward's normalisers stay the config's, so rewards keep their units.
         """
-        reg, p = self._statics[4], self._statics[6]
+        reg, p = self._statics.reg, self._statics.p
         for row, swing, values, what in (
             (kernel.ARRIVAL_RATE, None, arrival_rate, "positive"),
             (kernel.CARBON_MEAN, kernel.CARBON_SWING, carbon, "non-negative"),
@@ -374,7 +332,7 @@ class MultiCloudSim:
         It reads the hidden state (the job's true size, the exact backlog): only the
         myopic oracle, a reference and not a learner, may use it.
         """
-        return self._dispatch_costs(self.size, self.backlog)
+        return self._dispatch_costs(self.state.size, self.state.backlog)
 
     def expected_dispatch_costs(self) -> np.ndarray:
         """[B, A] the same cost as the observation can know it: the job at its declared size
@@ -382,31 +340,34 @@ class MultiCloudSim:
         each, no hidden state. Beside `dispatch_costs` it splits the myopic oracle's lead
         into what it knows (sizes, backlogs) and what it weighs."""
         mean = self.spec.mean_service_s
-        job = self.declared if self.spec.declared_size else np.full(self.num_envs, mean)
-        return self._dispatch_costs(job, self.count * mean)
+        state = self.state
+        job = state.declared if self.spec.declared_size else np.full(self.num_envs, mean)
+        return self._dispatch_costs(job, state.count * mean)
 
     def _dispatch_costs(self, size: np.ndarray, backlog: np.ndarray) -> np.ndarray:
         out = np.empty((self.num_envs, self.num_actions))
+        state = self.state
         kernel.dispatch_cost_kernel(
-            self.clock, backlog, self.count, size, self.ingress, self.mask, out, self._statics
+            state.clock, backlog, state.count, size, state.ingress, state.mask, out, self._statics
         )
         return out
 
     def get_state(self) -> dict[str, np.ndarray]:
         """Every mutable array, copied: enough to resume the batch bit for bit."""
-        return {name: getattr(self, name).copy() for name in _STATE_FIELDS}
+        return {name: value.copy() for name, value in self.state._asdict().items()}
 
     def set_state(self, state: dict[str, np.ndarray]) -> None:
         """Resume from `get_state()` output (shapes must match this batch)."""
-        missing = [name for name in _STATE_FIELDS if name not in state]
+        missing = [name for name in kernel.State._fields if name not in state]
         if missing:
             raise ValueError(f"state lacks {missing}: not a state of this version's world")
-        for name in _STATE_FIELDS:
-            current = getattr(self, name)
+        arrays = {}
+        for name, current in self.state._asdict().items():
             value = np.asarray(state[name])
             if value.shape != current.shape:
                 raise ValueError(f"state {name!r}: shape {value.shape}, expected {current.shape}")
-            setattr(self, name, value.astype(current.dtype, copy=True))
+            arrays[name] = value.astype(current.dtype, copy=True)
+        self.state = kernel.State(**arrays)
         self._seeded = True
 
 
