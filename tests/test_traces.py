@@ -205,3 +205,125 @@ def test_trace_keys_that_disagree_are_config_errors(overrides: list[str], messag
 def test_relative_trace_paths_are_taken_from_the_config_files_directory() -> None:
     cfg = load_config(REPO / "conf" / "trace_jobs.yaml")
     assert Path(cfg.world.job_log) == DATA / "jobs.csv"
+
+
+def _two_regime_rates(path: Path, low: float, high: float, segments: int = 40) -> Path:
+    rows = ["timestamp,region,rate"]
+    for region in TWO:
+        rows += [f"{k * 300},{region},{low if k % 2 == 0 else high}" for k in range(segments)]
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_a_trace_worlds_arrivals_follow_its_rate_series(tmp_path: Path) -> None:
+    """Rates alternating 1 and 4 per step: four times the arrivals in the busy steps."""
+    from fedmc_flwr.config import RewardWeights
+    from fedmc_flwr.sim.world import MultiCloudSim
+
+    world = WorldConfig(
+        regions=2,
+        nodes_per_region=3,
+        arrivals="trace",
+        rate_file=str(_two_regime_rates(tmp_path / "rates.csv", 1.0, 4.0)),
+        trace_time="real",
+        trace_speedup=300.0,  # one step of the trace per world second
+        burstiness=0.0,
+        outage_rate=0.0,
+    )
+    sim = MultiCloudSim(world, RewardWeights(), np.zeros(64, dtype=np.int64))
+    sim.reset(np.arange(64))
+    busy = np.zeros(2)
+    for _ in range(400):
+        busy += np.bincount(sim.state.segment % 2, minlength=2)  # each waiting job's step
+        sim.step(sim.mask.argmax(axis=1))
+    assert busy[1] / busy[0] == pytest.approx(4.0, rel=0.1)
+
+
+def test_a_trace_worlds_mean_rate_keeps_world_load(tmp_path: Path) -> None:
+    from fedmc_flwr.config import RewardWeights
+    from fedmc_flwr.sim.signals import build_spec
+
+    synthetic = build_spec(WorldConfig(regions=2), RewardWeights())
+    traced = build_spec(
+        WorldConfig(regions=2, arrivals="trace", rate_trace=["alibaba2018", "azure_v2"]),
+        RewardWeights(),
+    )
+    np.testing.assert_allclose(traced.arrival_rate, synthetic.arrival_rate)
+    assert traced.trace is not None and traced.arrival_swing == 0.0
+    np.testing.assert_allclose(traced.trace.rate.means(), 1.0)
+
+
+def test_held_out_start_points_are_drawn_reproducibly_from_the_seeds() -> None:
+    from fedmc_flwr.config import RewardWeights
+    from fedmc_flwr.sim.world import MultiCloudSim
+
+    world = WorldConfig(regions=2, arrivals="trace", rate_trace=["google2019"])
+    starts = []
+    for _ in range(2):
+        sim = MultiCloudSim(world, RewardWeights(), np.zeros(16, dtype=np.int64))
+        sim.reset(np.arange(16), np.zeros(16))
+        starts.append(sim.state.origin.copy())
+    np.testing.assert_array_equal(starts[0], starts[1])
+    days = starts[0] / 86400.0
+    assert (days == np.floor(days)).all() and len(np.unique(days)) > 4  # 28 days to start on
+
+
+def test_job_log_sizes_replace_the_drawn_ones() -> None:
+    from fedmc_flwr.config import RewardWeights
+    from fedmc_flwr.sim.world import MultiCloudSim
+
+    cfg = load_config(REPO / "conf" / "trace_jobs.yaml")
+    sim = MultiCloudSim(cfg.world, RewardWeights(), np.zeros(8, dtype=np.int64))
+    sim.reset(np.arange(8))
+    log = traces.read_job_log(DATA / "jobs.csv")
+    allowed = log.size / log.size.mean() * cfg.world.mean_service_ms / 1000.0
+    for _ in range(50):
+        assert np.isin(np.round(sim.state.size, 12), np.round(allowed, 12)).all()
+        np.testing.assert_array_equal(sim.state.declared, sim.state.size)  # declared exactly
+        sim.step(sim.mask.argmax(axis=1))
+
+
+@pytest.mark.slow
+@pytest.mark.flower
+def test_a_federated_run_replays_the_traces(tmp_path: Path) -> None:
+    import csv
+
+    from flower_runs import run_isolated
+
+    (tmp_path / "home").mkdir()
+    overrides = [
+        f"results_dir={tmp_path}",
+        "world.arrivals=trace",
+        "world.rate_trace=[alibaba2018,azure_v2]",
+        f"world.carbon_file={DATA / 'em_carbon.csv'}",
+        "world.trace_regions=[US-CAR-SCEG,FR]",
+        "world.trace_step_s=3600",
+    ]
+    assert run_isolated(tmp_path / "home", overrides, 2) == 0
+    with (tmp_path / "tiny_federation" / "metrics.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert {r["round"] for r in rows if r["phase"] == "eval"} >= {"1", "2"}
+
+
+def test_reported_signals_are_a_source_the_world_replays() -> None:
+    """A cluster's samples (Prometheus, through `fedmc hooks`) as a signal source: each
+    sample in turn, NaN keeping the region's own value."""
+    from fedmc_flwr.config import RewardWeights
+    from fedmc_flwr.integrations.decisions import ReplayedSignals, Signals
+    from fedmc_flwr.sim.world import MultiCloudSim
+
+    carbon = np.array([[100.0, np.nan], [300.0, 50.0]])  # two samples of two regions
+    source = ReplayedSignals(Signals(carbon=carbon), sample_s=0.5)
+    world = WorldConfig(regions=2, nodes_per_region=2)
+    sim = MultiCloudSim(world, RewardWeights(), np.zeros(4, dtype=np.int64), source=source)
+    sim.reset(np.arange(4))
+    own = CLOUD_CARBON["europe-west9"]  # the region's own (annual) mean
+    seen = set()
+    for _ in range(100):
+        sample = sim.state.segment % 2
+        observed = sim.obs[:, sim.layout.region("carbon")]
+        np.testing.assert_allclose(observed[:, 0], np.where(sample == 0, 100.0, 300.0))
+        np.testing.assert_allclose(observed[:, 1], np.where(sample == 0, own, 50.0), rtol=1e-6)
+        seen.update(sample.tolist())
+        sim.step(sim.mask.argmax(axis=1))
+    assert seen == {0, 1}
