@@ -600,7 +600,7 @@ TRACE_FILES = ("rate_file", "job_log", "carbon_file", "price_file")
 def _check_traces(cfg: DictConfig, source: str) -> None:
     """Trace keys agree with each other: one source of trace arrivals, packaged series
     that exist, one name per region."""
-    from fedmc_flwr.sim.traces import PACKAGED
+    from fedmc_flwr.sim.traces import PACKAGED, PACKAGED_STEP_S
 
     world = cfg.world
     rates = [k for k in ("rate_trace", "rate_file") if world[k]]
@@ -621,6 +621,11 @@ def _check_traces(cfg: DictConfig, source: str) -> None:
         raise ConfigError(
             f"{source}: world.rate_trace = {names} is not allowed; expected one or "
             f"{world.regions} of {sorted(PACKAGED)}"
+        )
+    if names and world.trace_step_s < PACKAGED_STEP_S:
+        raise ConfigError(
+            f"{source}: world.trace_step_s = {world.trace_step_s} is not allowed with "
+            f"world.rate_trace; expected at least the packaged series' {PACKAGED_STEP_S:g} s"
         )
     if world.trace_regions and len(world.trace_regions) != world.regions:
         raise ConfigError(

@@ -193,12 +193,24 @@ def test_a_binary_file_is_refused_in_one_line(tmp_path: Path) -> None:
         (["world.arrivals=trace", "world.rate_trace=[borg]"], "world.rate_trace"),
         (["world.trace_time=weekly"], "world.trace_time"),
         (["world.trace_regions=[FR]"], "world.trace_regions"),
+        (
+            [f"world.carbon_file={DATA / 'em_carbon.csv'}", "world.region_estates=[[2,3],[3,3]]"],
+            "not allowed with world.region_estates",
+        ),
     ],
 )
 def test_trace_keys_that_disagree_are_config_errors(overrides: list[str], message: str) -> None:
     from fedmc_flwr.config import ConfigError
 
     with pytest.raises(ConfigError, match=message):
+        load_config(TINY, overrides)
+
+
+def test_packaged_series_cannot_be_stepped_finer_than_they_were_recorded() -> None:
+    overrides = ["world.arrivals=trace", "world.rate_trace=[google2019]", "world.trace_step_s=60"]
+    from fedmc_flwr.config import ConfigError
+
+    with pytest.raises(ConfigError, match="expected at least the packaged series' 300 s"):
         load_config(TINY, overrides)
 
 
@@ -327,3 +339,13 @@ def test_reported_signals_are_a_source_the_world_replays() -> None:
         seen.update(sample.tolist())
         sim.step(sim.mask.argmax(axis=1))
     assert seen == {0, 1}
+
+
+def test_the_trace_dc_world_and_its_sweep_load() -> None:
+    from fedmc_flwr.experiments.sweep import load_sweep
+
+    cfg = load_config(REPO / "conf" / "trace_dc.yaml")
+    assert cfg.world.rate_trace == ["alibaba2018", "google2019", "azure_v2"]
+    sweep = load_sweep(REPO / "conf" / "sweeps" / "trace_dc.yaml", REPO / "results")
+    assert {c.variant for c in sweep.cells} == {"ppo-fedavg", "ppo-centralised"}
+    assert {c.seed for c in sweep.cells} == {0, 1, 2, 3, 4}

@@ -170,11 +170,6 @@ def _file_grid(path: str, kind: str, names: list[str], step_s: float) -> tuple[G
 
 def _packaged_grid(world: TraceKeys, regions: int) -> Grid:
     names = world.rate_trace if len(world.rate_trace) > 1 else world.rate_trace * regions
-    if world.trace_step_s < traces.PACKAGED_STEP_S:
-        raise traces.TraceError(
-            f"world.trace_step_s = {world.trace_step_s:g} is finer than the packaged series' "
-            f"{traces.PACKAGED_STEP_S:g} s (column world.trace_step_s)"
-        )
     rows = []
     for name in names:
         values = traces.read_packaged(name)
