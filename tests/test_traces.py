@@ -138,6 +138,11 @@ BAD_FILES = {
         '{"timestamp": [0], "region": ["us-east1"]}\n',
         "not a CSV file with a header row (expected CSV of (timestamp, region, value))",
     ),
+    "zero rate": (
+        "rate_file",
+        "timestamp,region,rate\n0,us-east1,1\n0,europe-west9,0\n",
+        "column 'rate': region 'europe-west9': the rate is 0 throughout",
+    ),
     "unknown region": (
         "rate_file",
         GOOD_RATES + "0,mars-north1,3\n",
@@ -263,6 +268,17 @@ def test_a_trace_worlds_mean_rate_keeps_world_load(tmp_path: Path) -> None:
     np.testing.assert_allclose(traced.arrival_rate, synthetic.arrival_rate)
     assert traced.trace is not None and traced.arrival_swing == 0.0
     np.testing.assert_allclose(traced.trace.rate.means(), 1.0)
+
+
+def test_the_synthetic_source_ignores_the_configs_traces() -> None:
+    from fedmc_flwr.config import RewardWeights
+    from fedmc_flwr.sim.signals import build_spec
+
+    world = WorldConfig(regions=2, arrivals="trace", rate_trace=["alibaba2018"])
+    assert build_spec(world, RewardWeights()).trace is not None
+    spec = build_spec(world, RewardWeights(), sources.SyntheticSource())
+    plain = build_spec(WorldConfig(regions=2), RewardWeights())
+    assert spec.trace is None and spec.arrival_swing == plain.arrival_swing > 0
 
 
 def test_held_out_start_points_are_drawn_reproducibly_from_the_seeds() -> None:

@@ -133,7 +133,8 @@ class SignalSource(Protocol):
 
 
 class SyntheticSource:
-    """Every signal synthetic (signals.py's daily cycles)."""
+    """Every signal synthetic (signals.py's daily cycles), whatever the config's trace
+    keys say."""
 
     def signals(self, world: TraceKeys, regions: list[str]) -> TraceSignals | None:
         return None
@@ -208,13 +209,15 @@ def _job_log(world: TraceKeys, names: list[str]) -> tuple[JobSizes, Grid | None,
     return jobs, counted, log.region is not None
 
 
-def _shape(grid: Grid, path: str) -> Grid:
+def _shape(grid: Grid, path: str, names: list[str]) -> Grid:
     """Each region's series over its own mean (a mean-one shape)."""
     means = grid.means()
     if (means <= 0).any():
-        raise traces.TraceError(f"{path}: a region's arrival rate is 0 throughout")
-    values = grid.values / means[:, None]
-    return Grid(values, grid.lengths)
+        region = names[int(np.argmin(means))]
+        raise traces.TraceError(
+            f"{path}: column {traces.RATE[0]!r}: region {region!r}: the rate is 0 throughout"
+        )
+    return Grid(grid.values / means[:, None], grid.lengths)
 
 
 class FileSource:
@@ -231,13 +234,13 @@ class FileSource:
         if world.job_log:
             jobs, counts, by_region = _job_log(world, names)
             if counts is not None:
-                rate = _shape(counts, world.job_log)
+                rate = _shape(counts, world.job_log, names)
                 level = counts.means() / counts.means().max() if by_region else None
         if world.rate_file:
             grid, means = _file_grid(world.rate_file, "rate", names, step)
-            rate, level = _shape(grid, world.rate_file), means / means.max()
+            rate, level = _shape(grid, world.rate_file, names), means / means.max()
         elif world.rate_trace:
-            rate = _shape(_packaged_grid(world, len(names)), "world.rate_trace")
+            rate = _shape(_packaged_grid(world, len(names)), "world.rate_trace", names)
         if world.price_file:
             price, _ = _file_grid(world.price_file, "price", names, step)
         if world.carbon_file:
