@@ -331,6 +331,9 @@ def test_a_federated_run_replays_the_traces(tmp_path: Path) -> None:
     with (tmp_path / "tiny_federation" / "metrics.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     assert {r["round"] for r in rows if r["phase"] == "eval"} >= {"1", "2"}
+    saved = load_config(tmp_path / "tiny_federation" / "config.yaml")  # what the run ran
+    assert saved.world.rate_trace == ["alibaba2018", "azure_v2"]
+    assert Path(saved.world.carbon_file) == DATA / "em_carbon.csv"
 
 
 def test_reported_signals_are_a_source_the_world_replays() -> None:

@@ -14,6 +14,9 @@ Sources and labels:
 - Hourly prices, the diurnal shapes of price, carbon and background load, instance speeds
   and powers, and every region past the fourth are SYNTHETIC (illustrative values drawn
   from a fixed generator), labelled so in `WorldSpec.synthetic`.
+- A signal source (`sources.py`) may replace the arrival rates' shape, the prices, the
+  carbon and the job sizes with real series (`WorldSpec.trace`); what it replaces is no
+  longer synthetic.
 - Round-trip times come from great-circle distance at 2/3 of the speed of light with a
   1.5x route inflation, plus 1 ms inside a region.
 """

@@ -186,6 +186,8 @@ class MultiCloudSim:
     Flower clients already keep every core busy; large batches (about 1000 envs and more)
     gain from more, small ones lose to the cost of waking the threads. Results do not
     depend on it.
+    `source` gives the world's real signals (`sources.py`); None reads the config's trace
+    keys, and a config without them is the synthetic world.
     """
 
     def __init__(
@@ -337,10 +339,11 @@ class MultiCloudSim:
     ) -> None:
         """Set each region's arrival rate (jobs/s) and grid carbon (gCO2eq/kWh) from now on.
 
-        This is how the world replays what a real cluster reported: call it again at each
-        sample of a trace. A replayed signal follows the trace alone, so its synthetic
-        daily cycle is switched off in every region; NaN keeps a region's own mean. The
-        reward's normalisers stay the config's, so rewards keep their units.
+        Levels set by hand, from now on; a whole series replays through a signal source
+        instead (`source=`, `sources.py`: files, or what a Prometheus server reported). A
+        level set here replaces the synthetic daily cycle in every region; NaN keeps a
+        region's own mean. The reward's normalisers stay the config's, so rewards keep
+        their units.
         """
         reg, p = self._statics.reg, self._statics.p
         for row, swing, values, what in (
