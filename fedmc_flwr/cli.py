@@ -18,6 +18,7 @@ from pathlib import Path
 from fedmc_flwr.config import ConfigError, ExperimentConfig, load_config
 from fedmc_flwr.errors import InputError, RunFailure
 from fedmc_flwr.integrations import cli as hooks_cli
+from fedmc_flwr.outputs import output_dir
 
 DEFAULT_CONFIG = "conf/small_demo.yaml"
 
@@ -155,6 +156,8 @@ def _run(args: argparse.Namespace) -> int:
     """`fedmc run` and `fedmc deploy`: a bad config fails fast, before Flower starts;
     `--metrics-port` serves the run's rows to Prometheus while it goes, on loopback unless
     `--metrics-addr` says otherwise."""
+    if args.metrics_port is not None and not 1 <= args.metrics_port <= 65535:
+        raise ConfigError(f"--metrics-port {args.metrics_port}: give a port from 1 to 65535")
     cfg = _config(args)
     from fedmc_flwr.federation.deployment import DeploymentEngine
     from fedmc_flwr.federation.runner import run_federation
@@ -181,10 +184,12 @@ def _credentials(args: argparse.Namespace) -> None:
 
     if args.nodes < 1:
         raise ConfigError(f"--nodes {args.nodes}: give at least 1")
+    output_dir(args.out, "--out")
     try:
         tls = make_tls(args.out, args.hosts)
-    except OSError as exc:
-        raise ConfigError(f"--out {args.out}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # cryptography's refusal of a name a certificate cannot hold
+        first = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+        raise ConfigError(f"--host {args.hosts}: not a certificate name ({first})") from None
     print(f"CA certificate (every SuperNode and `flwr` user): {tls.ca_certificate}")
     print(f"SuperLink certificate and key: {tls.certificate}, {tls.key}")
     for k in range(args.nodes):
@@ -192,9 +197,22 @@ def _credentials(args: argparse.Namespace) -> None:
         print(f"SuperNode {k}: private key {key.private} (stays on the node), public {key.public}")
 
 
+def _label(args: argparse.Namespace) -> str:
+    """The words a failure's line starts with: the command that failed (`fedmc export`,
+    `fedmc hooks plan`), so a script running several can tell which one refused."""
+    words = [args.command, args.action] if args.command == "hooks" else [args.command]
+    return " ".join(["fedmc", *words])
+
+
+def _one_line(text: str) -> str:
+    """`text` as one line: a path may hold a newline, and the failure stays one line."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `fedmc` console script; returns the process exit code."""
     args = _parser().parse_args(argv)
+    label = _label(args)
     try:
         if args.command in ("export", "hooks"):
             return hooks_cli.run(args)
@@ -225,13 +243,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             from fedmc_flwr.analysis.plots import plot_metrics
             from fedmc_flwr.analysis.sweep_plots import plot_sweep
 
+            out = None if args.out is None else output_dir(args.out, "--out")
             try:
                 if args.metrics.is_dir():
-                    paths = plot_sweep(args.metrics, args.out)
+                    paths = plot_sweep(args.metrics, out)
                 else:
-                    paths = plot_metrics(args.metrics, args.out, baselines=args.baselines)
+                    paths = plot_metrics(args.metrics, out, baselines=args.baselines)
             except (FileNotFoundError, ValueError) as exc:
-                print(f"fedmc: plot: {_naming(args.metrics, exc)}", file=sys.stderr)
+                print(_one_line(f"{label}: {_naming(args.metrics, exc)}"), file=sys.stderr)
                 return 2
             for path in paths:
                 print(path)
@@ -240,11 +259,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             print(report(args.dirs, args.baselines, parse_round(args.round), args.markdown))
     except InputError as exc:
-        print(f"fedmc: {exc.label}{exc}", file=sys.stderr)
+        print(_one_line(f"{label}: {exc.label}{exc}"), file=sys.stderr)
         return 2
     except RunFailure as exc:
         if not exc.logged:
-            print(f"fedmc: {exc}", file=sys.stderr)
+            print(_one_line(f"{label}: {exc}"), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("fedmc: interrupted", file=sys.stderr)

@@ -726,6 +726,19 @@ def _read_yaml(path: Path, what: str, inherits: bool, chain: tuple[Path, ...] = 
     return OmegaConf.merge(base, raw)  # type: ignore[return-value]
 
 
+def _misfit(schema: type, raw: DictConfig) -> str:
+    """Which top-level key holds a mapping where `schema` has a list, or the reverse
+    (OmegaConf's merge says only "incompatible container types")."""
+    base = OmegaConf.structured(schema)
+    for key in raw:
+        try:
+            OmegaConf.merge(base, OmegaConf.masked_copy(raw, [key]))
+        except (TypeError, ValueError, OmegaConfBaseException):
+            shown = key if _KEY_LIKE.fullmatch(str(key)) else "an entry (not shown)"
+            return f"{shown}: a mapping where a list belongs, or the reverse"
+    return "a mapping where a list belongs, or the reverse"
+
+
 def read_yaml(
     path: str | Path,
     schema: type,
@@ -745,10 +758,13 @@ def read_yaml(
     """
     path = Path(path).resolve()
     source = str(path)
+    raw = _read_yaml(path, what, inherits)
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(schema), _read_yaml(path, what, inherits))
+        merged = OmegaConf.merge(OmegaConf.structured(schema), raw)
     except OmegaConfBaseException as exc:
         raise ConfigError(f"{source}: {_describe(exc)}") from None
+    except (TypeError, ValueError):  # a mapping where the schema has a list, or the reverse
+        raise ConfigError(f"{source}: {_misfit(schema, raw)}") from None
     for item in overrides:
         key = item.split("=", 1)[0]
         if "=" not in item or not _KEY_LIKE.fullmatch(key):
@@ -758,6 +774,10 @@ def read_yaml(
             merged = OmegaConf.merge(merged, OmegaConf.from_dotlist([item]))
         except OmegaConfBaseException as exc:
             raise ConfigError(f"{source} (override): {_describe(exc)}") from None
+        except (TypeError, ValueError):
+            raise ConfigError(
+                f"override {key}: a mapping where a list belongs, or the reverse"
+            ) from None
         except yaml.YAMLError:
             raise ConfigError(f"override {key}: its value is not valid YAML") from None
     _refuse_interpolations(OmegaConf.to_container(merged, resolve=False), source, "")

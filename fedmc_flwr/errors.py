@@ -2,8 +2,9 @@
 
 Every module raises its own exception class, each a subclass of one of these, so the
 command line sorts them without importing the modules that raise them: `InputError` is a
-problem with what the user gave (a config, a file, an existing experiment) and exits with
-2; `RunFailure` is a run that could not be carried out and exits with 1.
+problem with what the user gave (a config, a file to read or a path to write, an existing
+experiment) and exits with 2; `RunFailure` is a run that could not be carried out and exits
+with 1. Either is one line that starts with the failed command (`fedmc export: ...`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ class InputError(Exception):
     """Bad input: one line naming what is wrong, exit code 2."""
 
     label = ""
-    """Words the command puts before the message."""
+    """The kind of problem, put before the message (`config error: `); the command's own
+    name (`fedmc export: `) comes first, from `cli.main`."""
 
 
 class RunFailure(Exception):

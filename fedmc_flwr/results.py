@@ -30,6 +30,7 @@ import numpy as np
 
 from fedmc_flwr.errors import InputError
 from fedmc_flwr.metrics import METRICS, POINT_METRICS
+from fedmc_flwr.outputs import output_dir, resolved
 
 COLUMNS: tuple[str, ...] = (
     "experiment",
@@ -121,7 +122,7 @@ class ExperimentExists(InputError, FileExistsError):
 
 def experiment_path(results_dir: str | Path, experiment: str) -> Path:
     """`<results_dir>/<experiment>/` as an absolute path (not created)."""
-    return Path(results_dir).expanduser().resolve() / experiment
+    return resolved(results_dir, "results_dir") / experiment
 
 
 def holds_results(path: Path) -> bool:
@@ -144,8 +145,7 @@ def experiment_dir(results_dir: str | Path, experiment: str, *, overwrite: bool 
                 " (or --resume to continue a federated run)"
             )
         clear_experiment(path)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return output_dir(path, "results_dir")
 
 
 def clear_experiment(path: Path) -> None:

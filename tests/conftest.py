@@ -6,12 +6,15 @@ named from the repository root, never from the working directory."""
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+from filelock import FileLock
 
 from fedmc_flwr.config import ExperimentConfig, WorldConfig, load_config
 from fedmc_flwr.policies.base import Policy
@@ -91,13 +94,26 @@ def rollout() -> Rollout:
 def runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     """The tiny experiment through Flower's simulation engine, twice: one virtual client
     per region, then both regions on one client (shared by the federation and deployment
-    tests)."""
+    tests).
+
+    Under pytest-xdist every worker has a session of its own; the first worker to ask makes
+    the runs in the temporary directory all workers share, under a file lock, and the
+    others wait for them rather than run Flower again."""
     from flower_runs import run_isolated
 
-    outs = []
-    for supernodes in (2, 1):
-        results = tmp_path_factory.mktemp(f"results{supernodes}")
-        homes = tmp_path_factory.mktemp(f"home{supernodes}")
-        assert run_isolated(homes, [f"results_dir={results}"], supernodes, TINY) == 0
-        outs.append(results / "tiny_federation")
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the root every worker's base directory lies in
+    outs = [shared / f"runs-{supernodes}" / "results" / "tiny_federation" for supernodes in (2, 1)]
+    with FileLock(shared / "runs.lock"):
+        for supernodes, out in zip((2, 1), outs, strict=True):
+            results = out.parent
+            finished = results.parent / "finished"
+            if finished.exists():
+                continue
+            homes = results.parent / "home"
+            shutil.rmtree(results, ignore_errors=True)  # what a failed attempt left
+            homes.mkdir(parents=True, exist_ok=True)
+            assert run_isolated(homes, [f"results_dir={results}"], supernodes, TINY) == 0
+            finished.touch()
     return outs

@@ -191,7 +191,9 @@ def _fedmc(*args: str) -> subprocess.CompletedProcess[str]:
 def test_bad_deploy_and_credentials_input_is_one_line(tmp_path: Path) -> None:
     done = _fedmc("deploy", "--config", str(TINY), "--nodes", "3")
     assert done.returncode == 2
-    assert done.stderr.strip() == "fedmc: config error: --nodes 3: give 1 to 2 (world.regions)"
+    assert done.stderr.strip() == (
+        "fedmc deploy: config error: --nodes 3: give 1 to 2 (world.regions)"
+    )
     blocked = tmp_path / "file"
     blocked.write_text("")
     done = _fedmc("credentials", "--out", str(blocked), "--host", "h", "--nodes", "1")

@@ -57,8 +57,6 @@ TABLE_POINTS = tuple(m for m in POINT_METRICS if m.name != "energy_kwh")
 class ReportError(InputError, ValueError):
     """Input the report cannot use; the message is one line for the user."""
 
-    label = "report: "
-
 
 @dataclass
 class Run:

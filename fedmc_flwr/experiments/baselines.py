@@ -14,13 +14,22 @@ from pathlib import Path
 from fedmc_flwr.analysis.tables import format_table
 from fedmc_flwr.config import ExperimentConfig
 from fedmc_flwr.evaluation import evaluate_dispatchers, per_seed_rows, summary_rows
-from fedmc_flwr.results import COLUMNS, MetricsWriter, experiment_dir, per_seed_writer
+from fedmc_flwr.outputs import output_dir
+from fedmc_flwr.results import (
+    COLUMNS,
+    MetricsWriter,
+    experiment_dir,
+    experiment_path,
+    per_seed_writer,
+)
 from fedmc_flwr.sim.signals import region_catalogue
 
 
 def run_baselines(cfg: ExperimentConfig) -> Path:
     """Evaluate every dispatcher, print the table, write `baselines.csv` and `per_seed.csv`;
-    return baselines.csv's path."""
+    return baselines.csv's path. A folder it could not write is refused before the work;
+    an earlier run's files stay until the new ones are ready."""
+    output_dir(experiment_path(cfg.results_dir, f"{cfg.name}-baselines"), "results_dir")
     results = evaluate_dispatchers(cfg)
     names = [region.name for region in region_catalogue(cfg.world.regions)]
     rows = summary_rows(results, names)

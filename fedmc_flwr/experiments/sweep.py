@@ -45,6 +45,7 @@ from fedmc_flwr.config import (
     shares_one_estate,
 )
 from fedmc_flwr.errors import RunFailure
+from fedmc_flwr.outputs import output_dir, resolved
 from fedmc_flwr.results import (
     PER_SEED_COLUMNS,
     PER_SEED_FILE,
@@ -133,8 +134,11 @@ def load_sweep(path: str | Path, results_dir: str | Path | None = None) -> Sweep
         if variant.kind not in KINDS:
             raise ConfigError(f"{path}: variants.{name}.kind = {variant.kind!r}; expected {KINDS}")
     root = spec.results_dir if results_dir is None else results_dir
-    out_dir = Path(root).expanduser().resolve() / spec.name
-    experiment = (path.parent / spec.experiment).resolve()
+    out_dir = resolved(root, "results_dir") / spec.name
+    try:
+        experiment = (path.parent / spec.experiment).resolve()
+    except ValueError:  # a NUL byte, which no system call takes
+        raise ConfigError(f"{path}: experiment: not a path (a NUL byte)") from None
     cells = []
     for seed in spec.seeds:
         for name, variant in spec.variants.items():
@@ -431,6 +435,7 @@ def main(config: Path, baseline: str | None, summary_only: bool, jobs: int = 1) 
     is a `CellFailed`, a summary that cannot be made a `ReportError`)."""
     sweep = load_sweep(config)
     if not summary_only:
+        output_dir(sweep.out_dir, "results_dir")
         run_sweep(sweep, jobs=jobs)
     paths = summarise_sweep(sweep, baseline)
     if shares_one_estate(sweep.cells[0].cfg):

@@ -53,6 +53,7 @@ from fedmc_flwr.federation.superlink import (
     start_superlink,
     write_connection,
 )
+from fedmc_flwr.outputs import output_dir
 from fedmc_flwr.results import PER_SEED_FILE, experiment_path, holds_results, read_per_seed
 from fedmc_flwr.sim.world import warm_cache
 
@@ -246,7 +247,7 @@ def run_federation(
     if spaced:
         raise ConfigError(f"override {spaced[0]!r}: values with spaces cannot be passed to Flower")
     out = experiment_path(cfg.results_dir, cfg.name)
-    out.mkdir(parents=True, exist_ok=True)
+    output_dir(out, "results_dir")
     stale = stop_stale(out / REGISTRY)
     if stale:
         print(f"fedmc: stopped {stale} processes a killed earlier run left behind", flush=True)

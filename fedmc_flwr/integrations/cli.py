@@ -11,6 +11,8 @@ import argparse
 import logging
 from pathlib import Path
 
+from fedmc_flwr.outputs import output_file
+
 HOOKS = ("prometheus", "openstack", "k8s")
 DEFAULT_CONFIGS = {
     "prometheus": "conf/integrations/prometheus.yaml",
@@ -49,4 +51,5 @@ def run(args: argparse.Namespace) -> int:
     from fedmc_flwr.integrations.runner import run_hook
 
     config = args.config or Path(DEFAULT_CONFIGS[args.hook])
-    return run_hook(args.hook, args.action, args.policy, config, args.log)
+    log = None if args.log is None else output_file(args.log, "--log")
+    return run_hook(args.hook, args.action, args.policy, config, log)

@@ -16,7 +16,7 @@ import numpy as np
 
 from fedmc_flwr.config import ExperimentConfig, WorldConfig
 from fedmc_flwr.evaluation import heldout_seeds
-from fedmc_flwr.integrations.serving import OnnxPolicy
+from fedmc_flwr.integrations.serving import OnnxPolicy, PolicyFileError
 from fedmc_flwr.seeds import heldout_phases
 from fedmc_flwr.sim.signals import build_spec
 from fedmc_flwr.sim.sources import Grid, TraceSignals
@@ -120,6 +120,21 @@ def _replay(cfg: ExperimentConfig, signals: Signals, steps: int) -> ReplayedSign
     return ReplayedSignals(signals, per_sample / float(rates.mean()), lead)
 
 
+def require_fit(policy: OnnxPolicy, cfg: ExperimentConfig) -> None:
+    """Refuse an estate other than the one the policy was exported for: its observations
+    would not fit the graph's inputs. Checked before any service is asked for signals."""
+    spec = build_spec(cfg.world, cfg.reward)
+    if (len(policy.region_names), policy.nodes_per_region) != (
+        spec.num_regions,
+        spec.nodes_per_region,
+    ):
+        raise PolicyFileError(
+            f"{policy.path}: exported for {len(policy.region_names)} regions x "
+            f"{policy.nodes_per_region} nodes, not {cfg.name}'s {spec.num_regions} x "
+            f"{spec.nodes_per_region}"
+        )
+
+
 def decide(
     policy: OnnxPolicy,
     cfg: ExperimentConfig,
@@ -132,11 +147,8 @@ def decide(
     With `signals`, the world replays them as its signal source (`ReplayedSignals`),
     sample after sample, each for about an equal share of the steps.
     """
+    require_fit(policy, cfg)
     regions = cfg.world.regions
-    if len(policy.region_names) != regions:
-        raise ValueError(
-            f"the policy was exported for {policy.region_names}, not {regions} regions"
-        )
     ingress = np.repeat(np.arange(regions), worlds)
     signals = signals or Signals()
     sim = MultiCloudSim(cfg.world, cfg.reward, ingress, source=_replay(cfg, signals, steps))

@@ -27,6 +27,7 @@ from torch import nn
 
 from fedmc_flwr.config import ExperimentConfig, load_config
 from fedmc_flwr.errors import InputError
+from fedmc_flwr.outputs import output_file
 from fedmc_flwr.policies.checkpoints import read_checkpoint, run_config
 from fedmc_flwr.policies.moments import MOMENT_ARRAYS, Moments
 from fedmc_flwr.policies.networks import (
@@ -47,8 +48,6 @@ OPSET = 17
 
 class ExportError(InputError, ValueError):
     """A checkpoint that cannot be exported, in one line."""
-
-    label = "export: "
 
 
 class _Graph:
@@ -292,6 +291,8 @@ def export_policy(cfg: ExperimentConfig, weights: list[np.ndarray], out: Path) -
 
 
 def export_checkpoint(checkpoint: Path, out: Path, config: Path | None = None) -> Path:
-    """`fedmc export`: read a checkpoint and its run's config, write the ONNX policy."""
+    """`fedmc export`: read a checkpoint and its run's config, write the ONNX policy. A
+    path it could not write is refused first, before any of the work."""
+    output_file(out, "--out")
     cfg = load_config(config or run_config(checkpoint))
     return export_policy(cfg, read_checkpoint(checkpoint), out)

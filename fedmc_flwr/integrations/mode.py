@@ -24,8 +24,6 @@ DRY_RUN, LIVE = "dry-run", "live"
 class LiveRefused(InputError, RuntimeError):
     """Live mode was asked for without what it needs; the message is one line."""
 
-    label = "hooks: "
-
 
 def current_mode(env: Mapping[str, str] | None = None) -> str:
     """`live` only when INTEGRATION_MODE says exactly that; unset or empty is a dry run."""

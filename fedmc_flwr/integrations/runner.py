@@ -16,7 +16,7 @@ from pathlib import Path
 from fedmc_flwr.config import load_config
 from fedmc_flwr.errors import InputError
 from fedmc_flwr.integrations.config import IntegrationConfig, load_integration
-from fedmc_flwr.integrations.decisions import Decisions, Signals, decide
+from fedmc_flwr.integrations.decisions import Decisions, Signals, decide, require_fit
 from fedmc_flwr.integrations.mode import LIVE, ActionLog, current_mode, require_credentials
 from fedmc_flwr.integrations.retry import ServiceUnavailable
 from fedmc_flwr.integrations.serving import OnnxPolicy
@@ -26,8 +26,6 @@ log = logging.getLogger("fedmc.hooks")
 
 class PolicyMissing(InputError, FileNotFoundError):
     """The hook was pointed at no policy file."""
-
-    label = "hooks: "
 
 
 def _kubeconfig(cfg: IntegrationConfig) -> str | None:
@@ -68,6 +66,7 @@ def run_hook(hook: str, action: str, policy_path: Path, config: Path, log_path: 
         raise PolicyMissing(f"{policy_path}: no such policy (write one with fedmc export)")
     policy = OnnxPolicy(policy_path)
     experiment = load_config(cfg.experiment)
+    require_fit(policy, experiment)
     actions = ActionLog(
         hook, "live" if live else "dry-run" if action == "apply" else "plan", log_path
     )

@@ -14,6 +14,13 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from fedmc_flwr.errors import InputError
+
+
+class PolicyFileError(InputError, ValueError):
+    """A policy file that cannot serve: no ONNX model, not a `fedmc export`, or exported
+    for another estate than the one it is asked to act on; one line."""
+
 
 class OnnxPolicy:
     """The greedy policy of a `fedmc export` file.
@@ -29,12 +36,30 @@ class OnnxPolicy:
         options.inter_op_num_threads = 1
         self.name = name
         self.path = Path(path)
-        self._session = ort.InferenceSession(
-            str(self.path), options, providers=["CPUExecutionProvider"]
-        )
+        try:
+            self._session = ort.InferenceSession(
+                str(self.path), options, providers=["CPUExecutionProvider"]
+            )
+        except Exception as exc:  # onnxruntime raises its own classes, one per failure kind
+            raise PolicyFileError(
+                f"{self.path}: not a readable ONNX policy ({type(exc).__name__})"
+            ) from None
         meta = self._session.get_modelmeta().custom_metadata_map
-        self.region_names: list[str] = json.loads(meta["regions"])
-        self.nodes_per_region = int(meta["nodes_per_region"])
+        try:
+            self.region_names: list[str] = json.loads(meta["regions"])
+            self.nodes_per_region = int(meta["nodes_per_region"])
+            if not (
+                isinstance(self.region_names, list)
+                and all(isinstance(name, str) for name in self.region_names)
+                and self.region_names
+                and self.nodes_per_region > 0
+            ):
+                raise ValueError
+        except (KeyError, ValueError):
+            raise PolicyFileError(
+                f"{self.path}: an ONNX model without fedmc export's estate metadata "
+                "(regions, nodes_per_region); write the policy with fedmc export"
+            ) from None
         self.num_actions = len(self.region_names) * self.nodes_per_region
 
     def run(self, obs: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

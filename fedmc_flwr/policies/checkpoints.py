@@ -12,6 +12,7 @@ same way and refuse a bad one with the same line.
 from __future__ import annotations
 
 import os
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -71,19 +72,64 @@ def write_weights(path: Path, weights: Sequence[np.ndarray]) -> None:
     os.replace(partial, path)
 
 
-def read_checkpoint(path: Path) -> list[np.ndarray]:
-    """The policy's arrays (`PPOLearner.get_weights` order) from either kind of file."""
+def _why_unreadable(exc: Exception) -> str:
+    """What a reader's error means for a checkpoint file, in words the user can act on
+    (never the error's own text, which may quote names stored in the file)."""
+    if isinstance(exc, EOFError):
+        return "empty"
+    if isinstance(exc, zipfile.BadZipFile):
+        return "not a complete .npz archive"
+    if isinstance(exc, IsADirectoryError):
+        return "a folder"
+    if isinstance(exc, ValueError) and "Object arrays" in str(exc):
+        return "holds object arrays, which would need pickle: refused"
+    if isinstance(exc, ValueError) and "pickled" in str(exc):
+        return "neither .npz nor .npy: numpy would unpickle it, refused"
+    return type(exc).__name__
+
+
+def _arrays(path: Path) -> dict[str, np.ndarray]:
+    """Every array of an .npz file, read without pickle."""
     try:
-        with np.load(path, allow_pickle=False) as data:
-            keys = sorted(k for k in data.files if k.startswith("w") and k[1:].isdigit())
-            if keys:
-                return [data[k] for k in keys]
-            if "param.0" in data.files:
-                return weights_of_state({k: data[k] for k in data.files})
+        data = np.load(path, allow_pickle=False)
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            raise CheckpointError(f"{path}: one bare .npy array, not an .npz checkpoint")
+        with data:
+            return {key: data[key] for key in data.files}
+    except CheckpointError:
+        raise
     except FileNotFoundError:
         raise CheckpointError(f"{path}: no such checkpoint") from None
     except Exception as exc:  # zip, npy and pickle-refusal errors come as several types
-        raise CheckpointError(f"{path}: not a readable checkpoint ({type(exc).__name__})") from None
-    raise CheckpointError(
-        f"{path}: not a checkpoint (neither w000, w001, ... arrays nor a saved learner)"
-    )
+        raise CheckpointError(
+            f"{path}: not a readable checkpoint ({_why_unreadable(exc)})"
+        ) from None
+
+
+def _policy_arrays(path: Path, arrays: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """The weight list of either kind of file; a file of neither kind is refused."""
+    keys = sorted(k for k in arrays if k.startswith("w") and k[1:].isdigit())
+    if keys:
+        return [arrays[k] for k in keys]
+    if "param.0" not in arrays:
+        raise CheckpointError(
+            f"{path}: not a checkpoint (neither w000, w001, ... arrays nor a saved learner)"
+        )
+    try:
+        return weights_of_state(arrays)
+    except (KeyError, ValueError) as exc:
+        raise CheckpointError(
+            f"{path}: an incomplete saved learner ({type(exc).__name__})"
+        ) from None
+
+
+def read_checkpoint(path: Path) -> list[np.ndarray]:
+    """The policy's arrays (`PPOLearner.get_weights` order) from either kind of file.
+
+    Never unpickles: `allow_pickle=False` refuses object arrays, and every other problem
+    (a missing, empty, truncated or foreign file, arrays of text) is a `CheckpointError`."""
+    weights = _policy_arrays(path, _arrays(path))
+    for k, array in enumerate(weights):
+        if array.dtype.kind not in "biuf":
+            raise CheckpointError(f"{path}: array {k} holds {array.dtype}, not numbers")
+    return weights
