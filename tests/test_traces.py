@@ -179,7 +179,7 @@ def test_a_bad_trace_file_is_one_line_naming_file_and_column_and_exit_2(
     argv = ["baselines", "--config", str(TINY)] + [a for o in overrides for a in ("--set", o)]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("fedmc: trace error: ")
+    assert len(err.splitlines()) == 1 and err.startswith("fedmc baselines: trace error: ")
     assert str(path) in err and message in err, err
 
 
