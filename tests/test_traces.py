@@ -232,8 +232,10 @@ def _two_regime_rates(path: Path, low: float, high: float, segments: int = 40) -
     return path
 
 
-def test_a_trace_worlds_arrivals_follow_its_rate_series(tmp_path: Path) -> None:
-    """Rates alternating 1 and 4 per step: four times the arrivals in the busy steps."""
+@pytest.mark.parametrize("joint", [False, True])
+def test_a_trace_worlds_arrivals_follow_its_rate_series(tmp_path: Path, joint: bool) -> None:
+    """Rates alternating 1 and 4 per step: four times the arrivals in the busy steps, for
+    one ingress and for every region's workload at once (the joint arena)."""
     from fedmc_flwr.config import RewardWeights
     from fedmc_flwr.sim.world import MultiCloudSim
 
@@ -247,7 +249,7 @@ def test_a_trace_worlds_arrivals_follow_its_rate_series(tmp_path: Path) -> None:
         burstiness=0.0,
         outage_rate=0.0,
     )
-    sim = MultiCloudSim(world, RewardWeights(), np.zeros(64, dtype=np.int64))
+    sim = MultiCloudSim(world, RewardWeights(), np.zeros(64, dtype=np.int64), joint=joint)
     sim.reset(np.arange(64))
     busy = np.zeros(2)
     for _ in range(400):

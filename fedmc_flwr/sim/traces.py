@@ -1,7 +1,7 @@
 """Real signals from files: the series type, the readers, and what makes a file bad.
 
-Every reader returns the same thing, whatever the file's format: per region, the times
-(seconds from the file's first row) and the values, checked. A bad file raises
+A series reader returns, whatever the file's format, per region the times (seconds from
+the file's first row) and the values, checked; a job-log reader returns the jobs. A bad file raises
 `TraceError` in one line that names the file and the column (never a traceback), so the
 command stops with exit code 2 before any work starts.
 
@@ -150,7 +150,9 @@ def _table(path: Path, expected: str) -> pd.DataFrame:
     return table
 
 
-def _column(table: pd.DataFrame, names: tuple[str, ...], path: Path, required: bool = True):
+def _column(
+    table: pd.DataFrame, names: tuple[str, ...], path: Path, required: bool = True
+) -> str | None:
     for name in names:
         if name in table.columns:
             return name
@@ -193,7 +195,7 @@ def _values(table: pd.DataFrame, column: str, path: Path) -> np.ndarray:
     return values
 
 
-def _increasing(times: np.ndarray, rows: np.ndarray, path: Path, column: str, strict: bool):
+def _increasing(times: np.ndarray, rows: np.ndarray, path: Path, column: str, strict: bool) -> None:
     steps = np.diff(times)
     bad = np.flatnonzero(steps <= 0 if strict else steps < 0)
     if len(bad):
