@@ -688,8 +688,10 @@ def reset_kernel(envs, phases, state, statics):
 
     `phases[j]` is env `envs[j]`'s start as a fraction of the day, NaN to take the uniform
     its stream draws first (drawn in either case, so an explicit phase equal to the drawn
-    one gives the same trajectory). Then `warmup_jobs` jobs go, one by one as they
-    arrive, to the valid node of shortest expected delay; none is scored.
+    one gives the same trajectory). A trace-driven world then draws the env's start
+    point in the trace beside the stream (a side draw, which moves no later draw). Then
+    `warmup_jobs` jobs go, one by one as they arrive, to the valid node of shortest
+    expected delay; none is scored.
     """
     p, t, clock = statics.p, state.t, state.clock
     ring_size = state.ring.shape[2]
