@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import REPO, TINY
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fedmc_flwr.cli import main
 from fedmc_flwr.config import WorldConfig, load_config
@@ -370,3 +372,43 @@ def test_the_trace_dc_world_and_its_sweep_load() -> None:
     sweep = load_sweep(REPO / "conf" / "sweeps" / "trace_dc.yaml", REPO / "results")
     assert {c.variant for c in sweep.cells} == {"ppo-fedavg", "ppo-centralised"}
     assert {c.seed for c in sweep.cells} == {0, 1, 2, 3, 4}
+
+
+TEXTS = st.one_of(
+    st.binary(max_size=300),
+    st.text(max_size=300).map(lambda t: t.encode("utf-8", "surrogatepass")),
+    st.lists(
+        st.tuples(
+            st.sampled_from(["0", "300", "-5", "nan", "x", "", "2024-01-01", "1e400", "inf"]),
+            st.sampled_from(["us-east1", "europe-west9", "", "mars", "a,b"]),
+            st.sampled_from(["1", "0", "-1", "nan", "", "1e308", "x"]),
+        ),
+        max_size=8,
+    ).map(
+        lambda rows: (
+            "timestamp,region,rate,value,arrival,size\n"
+            + "".join(f"{t},{r},{v},{v},{t},{v}\n" for t, r, v in rows)
+        ).encode()
+    ),
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=TEXTS, kind=st.sampled_from(["rate", "carbon", "job log", "swf"]))
+def test_any_bytes_as_a_trace_file_read_or_are_one_trace_error(
+    tmp_path_factory: pytest.TempPathFactory, data: bytes, kind: str
+) -> None:
+    """Whatever a file holds, a reader returns its rows or raises `TraceError`, never
+    another exception (which the command would show as a traceback)."""
+    path = tmp_path_factory.mktemp("any") / ("trace.swf" if kind == "swf" else "trace.csv")
+    path.write_bytes(data)
+    try:
+        if kind in ("rate", "carbon"):
+            series = traces.read_series(path, kind)
+            for region, times in series.times.items():
+                assert (np.diff(times) > 0).all() and (series.values[region] >= 0).all()
+        else:
+            log = traces.read_job_log(path)
+            assert (np.diff(log.arrival) >= 0).all() and (log.size > 0).all()
+    except traces.TraceError as exc:
+        assert len(str(exc).splitlines()) == 1 and str(path) in str(exc)

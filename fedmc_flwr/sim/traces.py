@@ -123,14 +123,15 @@ def _text(path: Path, expected: str) -> str:
     if not path.is_file():
         raise _fail(path, None, f"no such file (expected {expected})")
     data = path.read_bytes()
-    if not data.strip():
-        raise _fail(path, None, f"empty file (expected {expected})")
     if b"\x00" in data[:4096]:
         raise _fail(path, None, f"not a text file (expected {expected})")
     try:
-        return data.decode("utf-8-sig")
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise _fail(path, None, f"not UTF-8 text (expected {expected})") from None
+    if not text.strip():
+        raise _fail(path, None, f"empty file (expected {expected})")
+    return text
 
 
 def _table(path: Path, expected: str) -> pd.DataFrame:
@@ -171,7 +172,11 @@ def _seconds(table: pd.DataFrame, column: str, path: Path) -> np.ndarray:
     raw = table[column].str.strip()
     numbers = pd.to_numeric(raw, errors="coerce")
     if numbers.notna().all():
-        return numbers.to_numpy(dtype=np.float64)
+        seconds = numbers.to_numpy(dtype=np.float64)
+        bad = np.flatnonzero(~np.isfinite(seconds))
+        if len(bad):
+            raise _fail(path, column, f"{_rows(bad[0])}: {raw.iloc[bad[0]][:40]!r} is no time")
+        return seconds
     try:
         dates = pd.to_datetime(raw, utc=True, format="mixed")
     except (ValueError, TypeError):
