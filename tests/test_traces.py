@@ -412,3 +412,31 @@ def test_any_bytes_as_a_trace_file_read_or_are_one_trace_error(
             assert (np.diff(log.arrival) >= 0).all() and (log.size > 0).all()
     except traces.TraceError as exc:
         assert len(str(exc).splitlines()) == 1 and str(path) in str(exc)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=TEXTS, key=st.sampled_from(["rate_file", "job_log", "carbon_file"]))
+def test_any_bytes_as_a_worlds_trace_file_give_its_signals_or_one_trace_error(
+    tmp_path_factory: pytest.TempPathFactory, data: bytes, key: str
+) -> None:
+    """The same through the whole file source: on the world's grid, regions matched."""
+    path = tmp_path_factory.mktemp("any") / "trace.csv"
+    path.write_bytes(data)
+    world = WorldConfig(regions=2, arrivals="synthetic" if key == "carbon_file" else "trace")
+    setattr(world, key, str(path))
+    try:
+        signals = sources.FileSource().signals(world, TWO)
+    except traces.TraceError as exc:
+        assert len(str(exc).splitlines()) == 1 and str(path) in str(exc)
+    else:
+        assert signals is not None
+        grids = [g for g in (signals.rate, signals.carbon) if g is not None]
+        assert all(np.isfinite(g.values).all() and (g.values >= 0).all() for g in grids)
+
+
+def test_a_job_log_spanning_too_many_steps_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.csv"
+    path.write_text("arrival,size,region\n0,1,us-east1\n1e300,1,europe-west9\n")
+    world = WorldConfig(regions=2, arrivals="trace", job_log=str(path))
+    with pytest.raises(traces.TraceError, match="column 'arrival': the jobs span"):
+        sources.FileSource().signals(world, TWO)

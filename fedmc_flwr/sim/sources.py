@@ -35,6 +35,9 @@ import numpy as np
 from fedmc_flwr.sim import traces
 
 DAY_S = 86400.0
+MAX_STEPS = 1_000_000
+"""Most trace steps a job log may span (a year at 32 s steps): a log's quiet periods are
+kept as steps of rate 0, and its arrays grow with the span."""
 
 
 class TraceKeys(Protocol):
@@ -186,7 +189,13 @@ def _job_log(world: TraceKeys, names: list[str]) -> tuple[JobSizes, Grid | None,
     if log.region is not None:
         traces.check_regions(log.path, traces.REGION[0], list(dict.fromkeys(log.region)), names)
     step = world.trace_step_s
-    segments = int(log.arrival.max() // step) + 1 if world.arrivals == "trace" else 1
+    span = log.arrival.max() / step
+    if world.arrivals == "trace" and span >= MAX_STEPS:
+        raise traces.TraceError(
+            f"{log.path}: column {traces.ARRIVAL[0]!r}: the jobs span {span:.3g} steps of "
+            f"{step:g} s, more than {MAX_STEPS:,} (raise world.trace_step_s)"
+        )
+    segments = int(span) + 1 if world.arrivals == "trace" else 1
     sizes = log.size / log.size.mean()
     flat, starts, counts = [], np.zeros((len(names), segments + 1), dtype=np.int64), []
     for r, name in enumerate(names):
