@@ -16,6 +16,13 @@ Prints a table, then one JSON line of the figures.
 
     python bench/bench_sim.py [--config conf/small_demo.yaml] [--reps 5] [--seconds 0.5]
 
+A trace-driven world (`conf/trace_dc.yaml`: each region's arrival rate from a real
+machine-usage series) is timed beside small_demo in the same run, one thread; its target
+is 0.8x small_demo's steps/s. `--trace` times only these two, alternating in one process
+over `--rounds` rounds at `--batch`, and prints their medians and ratio:
+
+    python bench/bench_sim.py --trace [--rounds 7] [--batch 1024]
+
 `--against REV` instead times this checkout's simulator beside git revision REV's, side by
 side in one run: REV's `fedmc_flwr/` is exported to a temporary directory, and each round
 runs one subprocess per tree, in alternating order, on the same batch (small_demo, one
@@ -56,6 +63,9 @@ BATCHES = (1, 64, 1024, 4096)
 TARGET_STEPS_PER_S = 2.5e6
 """On one thread, at B >= 1024."""
 TARGET_RATIO = 50.0
+TARGET_TRACE_RATIO = 0.8
+"""A trace-driven world's steps/s over the synthetic world's, same batch, one thread."""
+TRACE_CONFIG = REPO / "conf" / "trace_dc.yaml"
 _NOISE_ROWS = 64
 """Pre-drawn noise rows, reused cyclically (drawing per step would time numpy's generator)."""
 
@@ -179,6 +189,35 @@ def against(args: argparse.Namespace) -> None:
     print(json.dumps(figures))
 
 
+def trace_beside_synthetic(args: argparse.Namespace) -> None:
+    """small_demo and trace_dc in one process, alternating round by round (machine noise
+    hits both alike): each one's median steps/s over the rounds, and their ratio."""
+    worlds = {"small_demo": load_config(args.config), "trace_dc": load_config(TRACE_CONFIG)}
+    rounds: dict[str, list[float]] = {name: [] for name in worlds}
+    for _ in range(args.rounds):
+        for name, cfg in worlds.items():
+            rounds[name].append(sim_steps_per_second(cfg, args.batch, 1, args.reps, args.seconds))
+    medians = {name: statistics.median(r) for name, r in rounds.items()}
+    ratio = medians["trace_dc"] / medians["small_demo"]
+    print(f"MultiCloudSim.step, one thread, B={args.batch}, median of {args.rounds} rounds")
+    for name, rate in medians.items():
+        print(f"{name:<12}{rate:>14,.0f} env steps/s")
+    met = "met" if ratio >= TARGET_TRACE_RATIO else "MISSED"
+    print(f"trace_dc / small_demo: {ratio:.2f}x (target {TARGET_TRACE_RATIO}x: {met})")
+    print(
+        json.dumps(
+            {
+                "bench": "sim_trace",
+                "batch": args.batch,
+                "rounds": args.rounds,
+                "load_average_1min": os.getloadavg()[0],
+                **{name: round(rate) for name, rate in medians.items()},
+                "trace_dc_vs_small_demo": round(ratio, 2),
+            }
+        )
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, default=REPO / "conf" / "small_demo.yaml")
@@ -187,6 +226,7 @@ def main() -> None:
     parser.add_argument("--against", metavar="REV", help="time beside git revision REV")
     parser.add_argument("--rounds", type=int, default=7, help="alternating rounds (--against)")
     parser.add_argument("--batch", type=int, default=1024, help="batch size (--against)")
+    parser.add_argument("--trace", action="store_true", help="time only small_demo beside trace_dc")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:  # one figure of `against`, from whichever tree PYTHONPATH names
@@ -196,8 +236,12 @@ def main() -> None:
     if args.against:
         against(args)
         return
+    if args.trace:
+        trace_beside_synthetic(args)
+        return
 
     small = load_config(args.config)
+    traced = load_config(TRACE_CONFIG)
     large = replace(small, world=replace(small.world, regions=20, nodes_per_region=100))
     worlds = {"small_demo": small, "20x100": large}
     shape = {name: f"{c.world.regions}x{c.world.nodes_per_region}" for name, c in worlds.items()}
@@ -214,10 +258,14 @@ def main() -> None:
     with parallel_kernel_on_one_thread():
         for name, cfg in worlds.items():
             rates[(name, "parallel_1_thread", 1)] = by_batch(cfg, 1)
+    rates[("trace_dc", "serial", 1)] = by_batch(traced, 1)
+    shape["trace_dc"] = f"{traced.world.regions}x{traced.world.nodes_per_region}"
     gym_rate = gym_steps_per_second(args.config, args.reps, args.seconds)
     one_thread = max(rates[("small_demo", "serial", 1)][b] for b in BATCHES if b >= 1024)
     reference = max(rates[("small_demo", "parallel_1_thread", 1)][b] for b in BATCHES if b >= 1024)
     ratio = one_thread / gym_rate
+    trace_best = max(rates[("trace_dc", "serial", 1)][b] for b in BATCHES if b >= 1024)
+    trace_ratio = trace_best / one_thread
 
     print(f"MultiCloudSim.step, env steps/s (median of {args.reps}, warm, valid actions)")
     header = f"{'world':<12}{'shape':>8}{'compiled':>17}{'threads':>9}"
@@ -232,7 +280,9 @@ def main() -> None:
         f"{TARGET_STEPS_PER_S:,.0f}: {met[one_thread >= TARGET_STEPS_PER_S]}); "
         f"{one_thread / reference:.2f}x the parallel kernel held to one thread; "
         f"{ratio:,.1f}x the Gymnasium loop "
-        f"(target {TARGET_RATIO:.0f}x: {met[ratio >= TARGET_RATIO]})"
+        f"(target {TARGET_RATIO:.0f}x: {met[ratio >= TARGET_RATIO]}); trace_dc at "
+        f"{trace_ratio:.2f}x (target {TARGET_TRACE_RATIO}x: "
+        f"{met[trace_ratio >= TARGET_TRACE_RATIO]})"
     )
     figures = {
         "bench": "sim",
@@ -250,7 +300,10 @@ def main() -> None:
         "small_demo_t1_B1024plus_best": round(one_thread),
         "ratio_vs_parallel_1_thread": round(one_thread / reference, 2),
         "ratio_vs_gym": round(ratio, 1),
-        "target_met": one_thread >= TARGET_STEPS_PER_S and ratio >= TARGET_RATIO,
+        "trace_dc_vs_small_demo": round(trace_ratio, 2),
+        "target_met": one_thread >= TARGET_STEPS_PER_S
+        and ratio >= TARGET_RATIO
+        and trace_ratio >= TARGET_TRACE_RATIO,
     }
     print(json.dumps(figures))
 

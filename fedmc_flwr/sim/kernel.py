@@ -28,6 +28,13 @@ Every kernel takes three named tuples, laid out by `world.MultiCloudSim` and rea
 field name: `State` (what moves), `StepOut` (what a step writes besides) and `Statics`
 (the estate's fixed arrays; the index constants name the rows of its `reg` and `p`).
 Numba compiles a named tuple as a plain tuple, so a name costs nothing at run time.
+
+Trace-driven worlds (`sources.py`). A world whose rate, price or carbon follows a real
+series reads it piecewise constant, one value per trace step: env b is in trace second
+`origin[b] + t * speedup`, its step `segment[b]`. With a rate series, the next arrival
+inverts the integral of the piecewise-constant rate step by step (one uniform), which is
+exact for a non-homogeneous Poisson process; the burst state scales it as before. Every
+trace branch tests a flag of `p`, so a synthetic world runs the arithmetic it always did.
 """
 
 from __future__ import annotations
@@ -78,6 +85,22 @@ class Statics(NamedTuple):
     p: np.ndarray
     """Scalar parameters (indices named by the constants below)."""
     nodes_per_region: int
+    # The real series a trace-driven world replays, one value per trace step (placeholders
+    # when it has none): region r's is `values[r, :len[r]]` and wraps (`sources.Grid`).
+    # Flat fields, not a tuple of their own: the parallel kernel takes no nested tuple.
+    rate: np.ndarray
+    """[R, T] mean-one shape of each region's arrival rate."""
+    rate_len: np.ndarray
+    price: np.ndarray
+    """[R, T] USD per hour of a speed-1.0 node."""
+    price_len: np.ndarray
+    carbon: np.ndarray
+    """[R, T] gCO2eq/kWh."""
+    carbon_len: np.ndarray
+    job_size: np.ndarray
+    """[J] the log's job sizes, mean one, by region and step (`sources.JobSizes`)."""
+    job_start: np.ndarray
+    """[R, K + 1] where region r's jobs of step k start in `job_size`."""
 
 
 class State(NamedTuple):
@@ -115,6 +138,10 @@ class State(NamedTuple):
     """[B, D] float32 observation of the waiting job (the rows of `layout.py`)."""
     mask: np.ndarray
     """[B, N] bool: the nodes the waiting job may go to."""
+    origin: np.ndarray
+    """[B] the trace second at world time 0 (trace-driven worlds; 0 otherwise)."""
+    segment: np.ndarray
+    """[B] the trace step each env is in now (before wrapping; trace-driven worlds)."""
 
 
 class StepOut(NamedTuple):
@@ -165,8 +192,17 @@ REGION_ROWS = 11
     JOINT,
     DECLARED_SIZE,
     DECLARED_ERROR,
-) = range(23)
-SCALARS = 23
+    TRACE_RATE,
+    TRACE_PRICE,
+    TRACE_CARBON,
+    TRACE_JOBS,
+    TRACE_STEP,
+    TRACE_SPEEDUP,
+    TRACE_STARTS,
+    TRACE_UNIT,
+    TRACE_ON_CLOCK,
+) = range(32)
+SCALARS = 32
 
 # columns of the per-step metrics array
 LATENCY_MS, SLO_VIOLATION, COST_USD, CARBON_G, ENERGY_KWH = range(5)
@@ -179,6 +215,7 @@ _S30, _S27, _S31, _S11 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(
 _INV_2_53 = 1.0 / 9007199254740992.0
 _SALT_RADIUS = np.uint64(0xD1B54A32D192ED03)  # two odd words for the side draws
 _SALT_ANGLE = np.uint64(0x8CB92BA72F3D8DD7)
+_SALT_START = np.uint64(0x5851F42D4C957F2D)  # and one for a trace's start point
 
 
 @njit(cache=True, inline="always")
@@ -254,8 +291,41 @@ def _local_day(reg, r, s, c):
 
 
 @njit(cache=True, inline="always")
-def _outcome(b, n, ingress, size, clock, backlog, count, statics):
-    """Latency (s), violation, cost, energy and carbon of sending env b's job to node n."""
+def _traced(p):
+    """Whether any signal of the world follows a trace."""
+    return p[TRACE_RATE] + p[TRACE_PRICE] + p[TRACE_CARBON] + p[TRACE_JOBS] > 0.0
+
+
+@njit(cache=True, inline="always")
+def _segment_at(origin, now, p):
+    """The trace step an env of this `origin` is in at world time `now`."""
+    return math.floor((origin + now * p[TRACE_SPEEDUP]) / p[TRACE_STEP])
+
+
+@njit(cache=True, inline="always")
+def _segment_end(origin, k, p):
+    """The world time at which trace step k of an env of this `origin` ends."""
+    return ((k + 1) * p[TRACE_STEP] - origin) / p[TRACE_SPEEDUP]
+
+
+@njit(cache=True, inline="always")
+def _held(series, lengths, r, k):
+    """Region r's value of a piecewise-constant series in trace step k (it wraps)."""
+    return series[r, k % lengths[r]]
+
+
+@njit(cache=True, inline="always")
+def _price(statics, r, day, k):
+    """Region r's hourly price of a speed-1.0 node: its trace's, or its daily cycle's."""
+    if statics.p[TRACE_PRICE] > 0.0:
+        return _held(statics.price, statics.price_len, r, k)
+    return statics.reg[PRICE_MEAN, r] * (1.0 + statics.reg[PRICE_SWING, r] * day)
+
+
+@njit(cache=True, inline="always")
+def _outcome(b, n, ingress, size, clock, backlog, count, statics, k):
+    """Latency (s), violation, cost, energy and carbon of sending env b's job to node n
+    (in trace step k)."""
     speed, power, price_mult = statics.speed, statics.power, statics.price_mult
     reg, rtt, p = statics.reg, statics.rtt, statics.p
     r = n // statics.nodes_per_region
@@ -266,12 +336,15 @@ def _outcome(b, n, ingress, size, clock, backlog, count, statics):
     busy = size / rate
     latency = rtt[ingress, r] + wait + busy
     violation = 1.0 if (latency > p[SLO] or count[b, n] >= p[QUEUE_THRESHOLD]) else 0.0
-    price = reg[PRICE_MEAN, r] * (1.0 + reg[PRICE_SWING, r] * day)
+    price = _price(statics, r, day, k)
     cost = price * price_mult[n] * busy / 3600.0
     if r != ingress:
         cost += p[EGRESS_USD]
     energy = power[n] * busy * p[PUE] / 3.6e6
-    carbon = energy * reg[CARBON_MEAN, r] * (1.0 - reg[CARBON_SWING, r] * day)
+    if p[TRACE_CARBON] > 0.0:
+        carbon = energy * _held(statics.carbon, statics.carbon_len, r, k)
+    else:  # kept as it was, so that synthetic worlds stay the same bit for bit
+        carbon = energy * reg[CARBON_MEAN, r] * (1.0 - reg[CARBON_SWING, r] * day)
     return latency, violation, cost, energy, carbon, wait + busy
 
 
@@ -279,7 +352,15 @@ def _outcome(b, n, ingress, size, clock, backlog, count, statics):
 def _job_outcome(b, n, state, statics):
     """`_outcome` of env b's waiting job on node n, on the true state."""
     return _outcome(
-        b, n, state.ingress[b], state.size[b], state.clock, state.backlog, state.count, statics
+        b,
+        n,
+        state.ingress[b],
+        state.size[b],
+        state.clock,
+        state.backlog,
+        state.count,
+        statics,
+        state.segment[b],
     )
 
 
@@ -323,10 +404,14 @@ def _observe(b, state, obs, mask, statics):
             mask[b, n] = down_until[b, n] <= t
     i = state.ingress[b]
     declares = p[DECLARED_SIZE] > 0.0
+    k = state.segment[b]
     for r in range(reg.shape[1]):  # nodes are numbered region by region
         day = _local_day(reg, r, s, c)
-        price = reg[PRICE_MEAN, r] * (1.0 + reg[PRICE_SWING, r] * day)
-        carbon = reg[CARBON_MEAN, r] * (1.0 - reg[CARBON_SWING, r] * day)
+        price = _price(statics, r, day, k)
+        if p[TRACE_CARBON] > 0.0:
+            carbon = _held(statics.carbon, statics.carbon_len, r, k)
+        else:
+            carbon = reg[CARBON_MEAN, r] * (1.0 - reg[CARBON_SWING, r] * day)
         background = _background(reg, r, s, c)
         busy = p[MEAN_SERVICE] / (1.0 - background)
         job = state.declared[b] / (1.0 - background) if declares else 0.0
@@ -407,12 +492,76 @@ def _shortest_expected_delay(b, state, statics):
 
 
 @njit(cache=True, inline="always")
-def _arrival_rate(reg, p, burst, b, r, s, c):
-    """Region r's arrival rate (jobs/s) in env b now: its mean, its burst state, its day."""
+def _burst_mult(reg, p, burst, b, r):
+    """Region r's rate multiplier in env b's burst state (it averages 1)."""
     share = p[BURST_SHARE]
     depth = reg[BURSTINESS, r]
-    mult = 1.0 + depth if burst[b, r] == 1 else 1.0 - depth * share / (1.0 - share)
+    return 1.0 + depth if burst[b, r] == 1 else 1.0 - depth * share / (1.0 - share)
+
+
+@njit(cache=True, inline="always")
+def _arrival_rate(reg, p, burst, b, r, s, c):
+    """Region r's arrival rate (jobs/s) in env b now: its mean, its burst state, its day."""
+    mult = _burst_mult(reg, p, burst, b, r)
     return reg[ARRIVAL_RATE, r] * mult * (1.0 + p[ARRIVAL_SWING] * _local_day(reg, r, s, c))
+
+
+@njit(cache=True, inline="always")
+def _trace_rate(statics, burst, b, r, k):
+    """Region r's arrival rate (jobs/s) in env b in trace step k: its mean, its burst
+    state, its trace's shape."""
+    reg = statics.reg
+    mult = _burst_mult(reg, statics.p, burst, b, r)
+    return reg[ARRIVAL_RATE, r] * mult * _held(statics.rate, statics.rate_len, r, k)
+
+
+@njit(cache=True, inline="always")
+def _offered_in(statics, burst, b, k, i):
+    """The rate env b's next job comes at in trace step k: region i's, or (i < 0, joint)
+    every region's together."""
+    if i >= 0:
+        return _trace_rate(statics, burst, b, i, k)
+    total = 0.0
+    for r in range(statics.reg.shape[1]):
+        total += _trace_rate(statics, burst, b, r, k)
+    return total
+
+
+@njit(cache=True, inline="always")
+def _trace_arrival(state, statics, b, i):
+    """World time and trace step of env b's next arrival under the trace's rate (region
+    i's, or every region's for i < 0): an Exp(1) need spent step by step against the
+    integral of the piecewise-constant rate, so the arrival is exact (one uniform)."""
+    p, origin = statics.p, state.origin[b]
+    need = -math.log(_uniform(state.rng, b))
+    now = state.t[b]
+    k = _segment_at(origin, now, p)
+    while True:
+        rate = _offered_in(statics, state.burst, b, k, i)
+        room = _segment_end(origin, k, p) - now
+        if room > 0.0:
+            if rate * room >= need:
+                return now + need / rate, k
+            need -= rate * room
+            now += room
+        k += 1
+
+
+@njit(cache=True, inline="always")
+def _logged_size(state, statics, b):
+    """A job of the log, at the world's mean service time: drawn uniformly (one uniform)
+    from its region's jobs of the current trace step, or of the whole log where that
+    step has none."""
+    starts = statics.job_start
+    u = _uniform(state.rng, b)
+    r = state.ingress[b]
+    steps = starts.shape[1] - 1
+    k = state.segment[b] % steps
+    lo, hi = starts[r, k], starts[r, k + 1]
+    if hi <= lo:
+        lo, hi = starts[r, 0], starts[r, steps]
+    j = lo + min(int(u * (hi - lo)), hi - lo - 1)
+    return statics.p[MEAN_SERVICE] * statics.job_size[j]
 
 
 @njit(cache=True, inline="always")
@@ -424,6 +573,29 @@ def _step_burst(rng, b, burst, r, p):
             burst[b, r] = 0
     elif _uniform(rng, b) < p[BURST_EXIT] * share / (1.0 - share):
         burst[b, r] = 1
+
+
+@njit(cache=True, inline="always")
+def _trace_advance(state, statics, b):
+    """`_advance`'s arrival under a rate trace: the time to env b's next job, and (joint)
+    whose it is, picked by the regions' rates in the step it arrives in."""
+    rng, burst, ingress, p = state.rng, state.burst, state.ingress, statics.p
+    if p[JOINT] > 0.0:
+        arrival, k = _trace_arrival(state, statics, b, -1)
+        target = _uniform(rng, b) * _offered_in(statics, burst, b, k, -1)
+        nregions = statics.reg.shape[1]
+        i, acc = nregions - 1, 0.0
+        for r in range(nregions):
+            acc += _trace_rate(statics, burst, b, r, k)
+            if target < acc:
+                i = r
+                break
+        ingress[b] = i
+        _step_burst(rng, b, burst, i, p)
+    else:
+        _step_burst(rng, b, burst, ingress[b], p)
+        arrival, _ = _trace_arrival(state, statics, b, ingress[b])
+    return arrival - state.t[b]
 
 
 @njit(cache=True, inline="always")
@@ -441,7 +613,9 @@ def _advance(b, state, statics):
     down_until, size, ingress = state.down_until, state.size, state.ingress
     s, c = clock[b, 0], clock[b, 1]
     nregions = reg.shape[1]
-    if p[JOINT] > 0.0:
+    if p[TRACE_RATE] > 0.0:
+        dt = _trace_advance(state, statics, b)
+    elif p[JOINT] > 0.0:
         total = 0.0
         for r in range(nregions):
             total += _arrival_rate(reg, p, burst, b, r, s, c)
@@ -501,7 +675,9 @@ def _advance(b, state, statics):
                 up += 1
         if down_until[b, n] <= now and up > 1:  # never take the last live node down
             down_until[b, n] = now + duration
-    size[b] = _job_size(rng, b, p)
+    if _traced(p):
+        state.segment[b] = _segment_at(state.origin[b], now, p)
+    size[b] = _logged_size(state, statics, b) if p[TRACE_JOBS] > 0.0 else _job_size(rng, b, p)
     if p[DECLARED_SIZE] > 0.0:
         state.declared[b] = _declare(rng, b, p, size[b])
 
@@ -512,8 +688,10 @@ def reset_kernel(envs, phases, state, statics):
 
     `phases[j]` is env `envs[j]`'s start as a fraction of the day, NaN to take the uniform
     its stream draws first (drawn in either case, so an explicit phase equal to the drawn
-    one gives the same trajectory). Then `warmup_jobs` jobs go, one by one as they
-    arrive, to the valid node of shortest expected delay; none is scored.
+    one gives the same trajectory). A trace-driven world then draws the env's start
+    point in the trace beside the stream (a side draw, which moves no later draw). Then
+    `warmup_jobs` jobs go, one by one as they arrive, to the valid node of shortest
+    expected delay; none is scored.
     """
     p, t, clock = statics.p, state.t, state.clock
     ring_size = state.ring.shape[2]
@@ -523,6 +701,12 @@ def reset_kernel(envs, phases, state, statics):
         drawn = _uniform(state.rng, b)
         phase = drawn if math.isnan(phases[j]) else phases[j]
         t[b] = phase * p[PERIOD]
+        if _traced(p):  # a start point of the trace, read beside the stream
+            u = _side_uniform(state.rng, b, _SALT_START)
+            start = float(math.floor(u * p[TRACE_STARTS])) * p[TRACE_UNIT]
+            on_clock = p[TRACE_ON_CLOCK] > 0.0
+            state.origin[b] = start if on_clock else start - t[b] * p[TRACE_SPEEDUP]
+            state.segment[b] = _segment_at(state.origin[b], t[b], p)
         theta = 2.0 * math.pi * phase
         clock[b, 0] = math.sin(theta)
         clock[b, 1] = math.cos(theta)
@@ -613,7 +797,7 @@ def _step_env_call(b, actions, state, out, statics):
 
 
 @njit(cache=True)
-def dispatch_cost_kernel(clock, backlog, count, size, ingress, mask, out, statics):
+def dispatch_cost_kernel(clock, backlog, count, size, ingress, segment, mask, out, statics):
     """Immediate weighted cost of every action for every env's pending job (inf if masked).
 
     It takes the job sizes and backlogs as arrays of their own, not the `State`, so that the
@@ -625,6 +809,6 @@ def dispatch_cost_kernel(clock, backlog, count, size, ingress, mask, out, static
                 out[b, n] = np.inf
                 continue
             latency, violation, cost, _, carbon, _ = _outcome(
-                b, n, ingress[b], size[b], clock, backlog, count, statics
+                b, n, ingress[b], size[b], clock, backlog, count, statics, segment[b]
             )
             out[b, n] = _weighted_cost(p, latency, violation, cost, carbon)

@@ -6,52 +6,31 @@ are apart) is the same for every seed and every client, as a real estate is; onl
 workloads and the random events depend on the seed.
 
 Sources and labels:
-- Annual mean grid carbon intensity of the four named regions is anchored on public
-  per-region figures (Google Cloud's region-carbon table as shipped in codecarbon 3.3.2
-  `data/cloud/impact.csv`: us-east1 560, europe-west9 34, northamerica-northeast1 2,
-  europe-central2 723 gCO2eq/kWh; location-based accounting).
+- Annual mean grid carbon intensity of the four named regions comes from
+  `cloud_carbon.py`, generated from codecarbon 3.3.2's `data/cloud/impact.csv` (Google
+  Cloud's 2023 region-carbon figures: us-east1 560, europe-west9 34,
+  northamerica-northeast1 2, europe-central2 723 gCO2eq/kWh; location-based accounting).
+  `world.carbon_file` replaces them with a real series.
 - Hourly prices, the diurnal shapes of price, carbon and background load, instance speeds
   and powers, and every region past the fourth are SYNTHETIC (illustrative values drawn
   from a fixed generator), labelled so in `WorldSpec.synthetic`.
+- A signal source (`sources.py`) may replace the arrival rates' shape, the prices, the
+  carbon and the job sizes with real series (`WorldSpec.trace`); what it replaces is no
+  longer synthetic.
 - Round-trip times come from great-circle distance at 2/3 of the speed of light with a
   1.5x route inflation, plus 1 ms inside a region.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from fedmc_flwr.config import RewardWeights, WorldConfig
-
-
-@dataclass(frozen=True)
-class Region:
-    """One cloud region of the catalogue."""
-
-    name: str
-    lat: float
-    lon: float
-    carbon_g_per_kwh: float
-    """Annual mean grid carbon intensity (location-based)."""
-    carbon_swing: float
-    """Relative amplitude of the daily carbon cycle (flat for hydro/nuclear grids)."""
-    price_usd_per_hour: float
-    """Hourly price of a speed-1.0 node (synthetic)."""
-    crowding: float
-    """How busy other tenants keep the region, relative to the configured background load."""
-    speed_bias: float
-    """Log-speed shift of the region's instance mix (older, slower hardware < 0)."""
-
-
-# Carbon means are public anchors; everything else in these rows is synthetic.
-NAMED_REGIONS: tuple[Region, ...] = (
-    Region("us-east1", 33.20, -80.01, 560.0, 0.15, 0.036, 1.45, 0.15),
-    Region("europe-west9", 48.86, 2.35, 34.0, 0.05, 0.052, 0.90, 0.0),
-    Region("northamerica-northeast1", 45.50, -73.57, 2.0, 0.02, 0.047, 1.20, -0.35),
-    Region("europe-central2", 52.23, 21.01, 723.0, 0.20, 0.043, 1.10, 0.0),
-)
+from fedmc_flwr.sim.regions import CATALOGUE_SEED, Region, region_catalogue
+from fedmc_flwr.sim.sources import FileSource, Grid, SignalSource, TraceSignals
 
 INSTANCE_SPEEDS = np.array([0.5, 0.75, 1.0, 1.5, 2.0])
 """Relative service speed of the instance types (synthetic)."""
@@ -71,38 +50,12 @@ BURST_SHARE = 0.25
 """Long-run share of jobs that arrive in a burst."""
 BURST_EXIT = 0.01
 """Per-job probability that a burst ends (bursts last ~100 jobs)."""
-_CATALOGUE_SEED = 20261129
 
 
 def hard_capacity(queue_capacity: int) -> int:
     """Jobs a node can hold at most: `queue_capacity` plus headroom (a quarter, at least 8)
     for the jobs admitted when every live node is full."""
     return queue_capacity + max(8, queue_capacity // 4)
-
-
-def _synthetic_regions(count: int) -> list[Region]:
-    rng = np.random.default_rng(_CATALOGUE_SEED)
-    regions = []
-    for k in range(count):
-        regions.append(
-            Region(
-                name=f"synthetic-{k + 1:02d}",
-                lat=float(rng.uniform(-40, 60)),
-                lon=float(rng.uniform(-180, 180)),
-                carbon_g_per_kwh=float(np.exp(rng.uniform(np.log(20), np.log(700)))),
-                carbon_swing=float(rng.uniform(0.02, 0.25)),
-                price_usd_per_hour=float(rng.uniform(0.036, 0.058)),
-                crowding=float(rng.uniform(0.7, 1.4)),
-                speed_bias=float(rng.uniform(-0.3, 0.2)),
-            )
-        )
-    return regions
-
-
-def region_catalogue(count: int) -> list[Region]:
-    """The first `count` regions: the named ones, then synthetic ones."""
-    named = list(NAMED_REGIONS[:count])
-    return named + _synthetic_regions(count - len(named))
 
 
 def _rtt_matrix_s(regions: list[Region]) -> np.ndarray:
@@ -186,6 +139,9 @@ class WorldSpec:
             "regions past the fourth",
         )
     )
+    trace: TraceSignals | None = None
+    """Real series the kernel replays (`sources.py`), their NaNs already filled with the
+    region's own mean; None: every signal synthetic."""
 
     @property
     def num_regions(self) -> int:
@@ -200,7 +156,7 @@ def _node_types(regions: list[Region], per_region: int, heterogeneous: bool) -> 
     """Instance type index of every node: each region's own mix, fixed for all seeds."""
     if not heterogeneous:
         return np.full(len(regions) * per_region, 2)
-    rng = np.random.default_rng(_CATALOGUE_SEED + 1)
+    rng = np.random.default_rng(CATALOGUE_SEED + 1)
     types = []
     log_speeds = np.log(INSTANCE_SPEEDS)
     for region in regions:
@@ -215,9 +171,47 @@ def _skew(multipliers: list[float], regions: int) -> np.ndarray:
     return np.asarray(multipliers, dtype=np.float64) if multipliers else np.ones(regions)
 
 
-def build_spec(world: WorldConfig, reward: RewardWeights) -> WorldSpec:
-    """Turn the config into the arrays the kernel reads (see the module docstring)."""
+def _filled(grid: Grid | None, own: np.ndarray) -> Grid | None:
+    """A series with each region's gaps (NaN: no sample) at the region's own mean."""
+    if grid is None:
+        return None
+    return Grid(np.where(np.isnan(grid.values), own[:, None], grid.values), grid.lengths)
+
+
+def _traced(
+    trace: TraceSignals, price: np.ndarray, carbon: np.ndarray, mult: np.ndarray
+) -> tuple[TraceSignals, np.ndarray, np.ndarray]:
+    """The series with gaps filled, and each region's price and carbon mean over its
+    series (what the reward's normalisers then use)."""
+    filled = dataclasses.replace(
+        trace,
+        price=_filled(None if trace.price is None else trace.price.scaled(mult[0]), price),
+        carbon=_filled(None if trace.carbon is None else trace.carbon.scaled(mult[1]), carbon),
+    )
+    if filled.price is not None:
+        price = filled.price.means()
+    if filled.carbon is not None:
+        carbon = filled.carbon.means()
+    return filled, price, carbon
+
+
+def _labels(trace: TraceSignals | None) -> tuple[str, ...]:
+    """What stays synthetic once the trace's signals replace theirs."""
+    labels = ["prices", "diurnal shapes", "instance speeds and powers", "regions past the fourth"]
+    if trace is not None and trace.price is not None:
+        labels.remove("prices")
+    return tuple(labels)
+
+
+def build_spec(
+    world: WorldConfig, reward: RewardWeights, source: SignalSource | None = None
+) -> WorldSpec:
+    """Turn the config into the arrays the kernel reads (see the module docstring).
+
+    `source` gives the real signals; None reads the config's own trace keys (none: the
+    synthetic world, unchanged)."""
     regions = region_catalogue(world.regions)
+    trace = (source or FileSource()).signals(world, [r.name for r in regions])
     per_region = world.nodes_per_region
     types = _node_types(regions, per_region, world.heterogeneous)
     speed = INSTANCE_SPEEDS[types].astype(np.float64)
@@ -225,24 +219,31 @@ def build_spec(world: WorldConfig, reward: RewardWeights) -> WorldSpec:
     price_mult = speed.copy()  # price scales with speed: same cost per job at equal prices
     node_region = np.repeat(np.arange(world.regions), per_region)
 
-    price_mean = np.array([r.price_usd_per_hour for r in regions])
-    price_mean *= _skew(world.region_price, world.regions)
-    carbon_mean = np.array([r.carbon_g_per_kwh for r in regions])
-    carbon_mean *= _skew(world.region_carbon, world.regions)
+    price_skew = _skew(world.region_price, world.regions)
+    carbon_skew = _skew(world.region_carbon, world.regions)
+    price_mean = np.array([r.price_usd_per_hour for r in regions]) * price_skew
+    carbon_mean = np.array([r.carbon_g_per_kwh for r in regions]) * carbon_skew
+    if trace is not None:
+        trace, price_mean, carbon_mean = _traced(
+            trace, price_mean, carbon_mean, np.stack([price_skew, carbon_skew])
+        )
     background = np.clip(world.background_load * np.array([r.crowding for r in regions]), 0, 0.9)
     spare = float(np.sum(speed * (1.0 - background[node_region])))
     mean_service_s = world.mean_service_ms / 1000.0
     # Non-IID ingress workloads: rate and burst depth differ per ingress region; the
     # busiest region offers exactly the configured load (so load < 1 is stable everywhere).
     k = np.arange(world.regions)
-    rate_mult = (
-        np.asarray(world.region_load, dtype=np.float64)
-        if world.region_load
-        else 1.0 + 0.15 * np.cos(1.7 * k + 0.4)
-    )
+    if world.region_load:
+        rate_mult = np.asarray(world.region_load, dtype=np.float64)
+    elif trace is not None and trace.rate_level is not None:
+        rate_mult = trace.rate_level.copy()  # the regions' relative levels in the user's file
+    else:
+        rate_mult = 1.0 + 0.15 * np.cos(1.7 * k + 0.4)
     rate_mult /= rate_mult.max()
     burst_mult = 1.0 + 0.4 * np.sin(2.3 * k + 0.2)
     arrival_rate = world.load * spare / mean_service_s * rate_mult
+    if trace is not None and trace.rate_jobs_s is not None:  # a cluster's own jobs/s
+        arrival_rate = np.where(np.isnan(trace.rate_jobs_s), arrival_rate, trace.rate_jobs_s)
     burstiness = np.clip(world.burstiness * burst_mult, 0.0, 0.95)
 
     rtt = _rtt_matrix_s(regions) if world.network else np.zeros((world.regions, world.regions))
@@ -251,6 +252,7 @@ def build_spec(world: WorldConfig, reward: RewardWeights) -> WorldSpec:
     job_energy_kwh = power * busy_s * PUE / 3.6e6
     job_carbon = job_energy_kwh * carbon_mean[node_region]
     swing = 1.0 if world.time_varying else 0.0
+    arrival_swing = 0.0 if trace is not None and trace.rate is not None else swing
 
     return WorldSpec(
         region_names=[r.name for r in regions],
@@ -267,7 +269,7 @@ def build_spec(world: WorldConfig, reward: RewardWeights) -> WorldSpec:
         background_swing=np.full(world.regions, BACKGROUND_SWING * swing),
         phase=np.radians([r.lon for r in regions]),
         arrival_rate=arrival_rate,
-        arrival_swing=DIURNAL_ARRIVAL_SWING * swing,
+        arrival_swing=DIURNAL_ARRIVAL_SWING * arrival_swing,
         burstiness=burstiness,
         mean_service_s=mean_service_s,
         slo_s=world.slo_ms / 1000.0,
@@ -286,4 +288,6 @@ def build_spec(world: WorldConfig, reward: RewardWeights) -> WorldSpec:
         cost_ref_usd=float(job_cost.mean()),
         carbon_ref_g=float(max(job_carbon.mean(), 1e-12)),
         weights=np.array([reward.latency, reward.violations, reward.cost, reward.carbon]),
+        synthetic=_labels(trace),
+        trace=trace,
     )

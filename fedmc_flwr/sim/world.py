@@ -77,6 +77,7 @@ from fedmc_flwr.sim.signals import (
     WorldSpec,
     build_spec,
 )
+from fedmc_flwr.sim.sources import Grid, SignalSource
 
 __doc__ = __doc__.replace("{observation_table}", doc_table())
 
@@ -141,7 +142,36 @@ def _pack_params(spec: WorldSpec, joint: bool) -> tuple[np.ndarray, np.ndarray]:
     p[kernel.JOINT] = 1.0 if joint else 0.0
     p[kernel.DECLARED_SIZE] = 1.0 if spec.declared_size else 0.0
     p[kernel.DECLARED_ERROR] = spec.declared_size_error
+    trace = spec.trace
+    if trace is not None:
+        p[kernel.TRACE_RATE] = 1.0 if trace.rate is not None else 0.0
+        p[kernel.TRACE_PRICE] = 1.0 if trace.price is not None else 0.0
+        p[kernel.TRACE_CARBON] = 1.0 if trace.carbon is not None else 0.0
+        p[kernel.TRACE_JOBS] = 1.0 if trace.jobs is not None else 0.0
+        p[kernel.TRACE_STEP] = trace.step_s
+        p[kernel.TRACE_SPEEDUP] = trace.speedup
+        p[kernel.TRACE_STARTS] = trace.starts
+        p[kernel.TRACE_UNIT] = trace.start_unit_s
+        p[kernel.TRACE_ON_CLOCK] = 1.0 if trace.on_clock else 0.0
     return reg, p
+
+
+def _pack_traces(spec: WorldSpec) -> dict[str, np.ndarray]:
+    """The trace's series as the kernel reads them (`kernel.Statics`' last fields);
+    one-value placeholders (never read: their flags in `p` are off) for the signals that
+    stay synthetic."""
+    regions = spec.num_regions
+    trace = spec.trace
+    placeholder = Grid(np.zeros((regions, 1)), np.ones(regions, dtype=np.int64))
+    fields = {}
+    for name in ("rate", "price", "carbon"):
+        grid = None if trace is None else getattr(trace, name)
+        grid = grid or placeholder
+        fields[name], fields[f"{name}_len"] = grid.values, grid.lengths
+    jobs = None if trace is None else trace.jobs
+    fields["job_size"] = np.ones(1) if jobs is None else jobs.sizes
+    fields["job_start"] = np.tile([0, 1], (regions, 1)) if jobs is None else jobs.starts
+    return fields
 
 
 class MultiCloudSim:
@@ -156,6 +186,8 @@ class MultiCloudSim:
     Flower clients already keep every core busy; large batches (about 1000 envs and more)
     gain from more, small ones lose to the cost of waking the threads. Results do not
     depend on it.
+    `source` gives the world's real signals (`sources.py`); None reads the config's trace
+    keys, and a config without them is the synthetic world.
     """
 
     def __init__(
@@ -165,11 +197,12 @@ class MultiCloudSim:
         ingress: Sequence[int] | np.ndarray,
         threads: int = 1,
         joint: bool = False,
+        source: SignalSource | None = None,
     ) -> None:
         if not 1 <= threads <= numba.config.NUMBA_NUM_THREADS:
             raise ValueError(f"threads must lie in [1, {numba.config.NUMBA_NUM_THREADS}]")
         self.threads = threads
-        self.spec = build_spec(world, reward)
+        self.spec = build_spec(world, reward, source)
         ingress = np.array(ingress, dtype=np.int64)  # a copy: the joint kernel writes it
         if ingress.ndim != 1 or len(ingress) == 0:
             raise ValueError("ingress must be a non-empty 1-D sequence of region indices")
@@ -192,6 +225,7 @@ class MultiCloudSim:
             rtt=self.spec.rtt_s,
             p=p,
             nodes_per_region=self.nodes_per_region,
+            **_pack_traces(self.spec),
         )
         b, n = self.num_envs, self.num_actions
         self.state = kernel.State(
@@ -210,6 +244,8 @@ class MultiCloudSim:
             ingress=ingress,
             obs=np.zeros((b, self.obs_dim), dtype=np.float32),
             mask=np.zeros((b, n), dtype=np.bool_),
+            origin=np.zeros(b),
+            segment=np.zeros(b, dtype=np.int64),
         )
         """Every array that moves (`kernel.State`); the kernels write into it in place."""
         self._seeded = False
@@ -303,10 +339,11 @@ class MultiCloudSim:
     ) -> None:
         """Set each region's arrival rate (jobs/s) and grid carbon (gCO2eq/kWh) from now on.
 
-        This is how the world replays what a real cluster reported: call it again at each
-        sample of a trace. A replayed signal follows the trace alone, so its synthetic
-        daily cycle is switched off in every region; NaN keeps a region's own mean. The
-        reward's normalisers stay the config's, so rewards keep their units.
+        Levels set by hand, from now on; a whole series replays through a signal source
+        instead (`source=`, `sources.py`: files, or what a Prometheus server reported). A
+        level set here replaces the synthetic daily cycle in every region; NaN keeps a
+        region's own mean. The reward's normalisers stay the config's, so rewards keep
+        their units.
         """
         reg, p = self._statics.reg, self._statics.p
         for row, swing, values, what in (
@@ -348,7 +385,15 @@ class MultiCloudSim:
         out = np.empty((self.num_envs, self.num_actions))
         state = self.state
         kernel.dispatch_cost_kernel(
-            state.clock, backlog, state.count, size, state.ingress, state.mask, out, self._statics
+            state.clock,
+            backlog,
+            state.count,
+            size,
+            state.ingress,
+            state.segment,
+            state.mask,
+            out,
+            self._statics,
         )
         return out
 
