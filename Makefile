@@ -45,12 +45,13 @@ plots: setup
 # The expected results (docs/results.md, and the README's headline table): the two-tier
 # network's width and depth on validation worlds (conf/sweeps/two_tier_tuning.yaml), the
 # default learner federated, centralised and local-only over training seeds 0-4
-# (default.yaml), each seed's federated policy zero-shot on bigger estates (TRANSFERS),
+# (default.yaml), the same on real datacentre workloads (trace_dc.yaml), each seed's
+# federated policy zero-shot on bigger estates (TRANSFERS),
 # the node scorer federated and centralised (node_scorer.yaml), and FedAvg against both
 # forms of FedProx on each non-IID setting (fedprox_*.yaml, 3 seeds each). Finished cells
 # are skipped, so an interrupted `make results` continues; `make report` summarises and
 # writes the docs again without running anything.
-SWEEPS ?= two_tier_tuning default node_scorer fedprox_balanced fedprox_busy_region \
+SWEEPS ?= two_tier_tuning default trace_dc node_scorer fedprox_balanced fedprox_busy_region \
 	fedprox_skewed_prices_carbon fedprox_outages
 TRANSFERS ?= 10x20 20x50
 SEEDS ?= 0 1 2 3 4
