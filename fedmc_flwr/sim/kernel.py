@@ -145,21 +145,23 @@ class State(NamedTuple):
 
 
 class StepOut(NamedTuple):
-    """What one step writes besides the state: the next job's view, and the dispatched
-    job's outcome (the step reads `State.mask`, so the next mask goes here, not there)."""
+    """What one step writes besides the state, and what `MultiCloudSim.step` returns: the
+    next job's view and the dispatched job's outcome (the step reads `State.mask`, so the
+    next mask goes here, not there)."""
 
     obs: np.ndarray
-    """[B, D] the next job's observation."""
+    """[B, D] float32 observation of the next job's arrival."""
     mask: np.ndarray
-    """[B, N] the next job's mask."""
+    """[B, N] bool: the nodes the next job may go to."""
     reward: np.ndarray
-    """[B] minus the dispatched job's weighted cost."""
+    """[B] float64 reward of the job just dispatched: minus its weighted cost."""
     metrics: np.ndarray
-    """[B, 5] latency (ms), violation, cost (USD), carbon (g), energy (kWh)."""
+    """[B, 5] float64 real-unit metrics of the job just dispatched (columns METRIC_NAMES:
+    latency ms, violation, cost USD, carbon g, energy kWh)."""
     invalid: np.ndarray
-    """[B] bool: the action was masked (served at the worst valid node)."""
+    """[B] bool: the action was masked, so the job went to the worst valid node."""
     refused: np.ndarray
-    """[B] bool: no live node had room."""
+    """[B] bool: no live node had room, so the job was refused."""
 
 
 # rows of the [11, R] region parameter array

@@ -61,7 +61,6 @@ Approximations.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numba
 import numpy as np
@@ -84,22 +83,8 @@ __doc__ = __doc__.replace("{observation_table}", doc_table())
 METRIC_NAMES = kernel.METRIC_NAMES
 
 
-@dataclass
-class StepResult:
-    """What one batched step returns; every array is fresh (safe to keep)."""
-
-    obs: np.ndarray
-    """[B, obs_dim] float32 observation of the next job's arrival."""
-    mask: np.ndarray
-    """[B, A] bool: actions allowed for the next job."""
-    reward: np.ndarray
-    """[B] float64 reward of the job just dispatched."""
-    metrics: np.ndarray
-    """[B, 5] float64 real-unit metrics of the job just dispatched (columns METRIC_NAMES)."""
-    invalid: np.ndarray
-    """[B] bool: the action was masked, so the job went to the worst valid node."""
-    refused: np.ndarray
-    """[B] bool: no live node had room, so the job was refused (see the module docstring)."""
+StepResult = kernel.StepOut
+"""What one batched step returns; every array is fresh (safe to keep)."""
 
 
 def _pack_params(spec: WorldSpec, joint: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -330,9 +315,7 @@ class MultiCloudSim:
             self._use_threads()
         step(actions, self.state, out, self._statics)
         self.state = self.state._replace(obs=out.obs, mask=out.mask)
-        return StepResult(
-            out.obs, out.mask.copy(), out.reward, out.metrics, out.invalid, out.refused
-        )
+        return out._replace(mask=out.mask.copy())  # the state keeps out.mask
 
     def replay_signals(
         self, arrival_rate: np.ndarray | None = None, carbon: np.ndarray | None = None
