@@ -1,17 +1,33 @@
 """Real Flower runs for the tests: run_federation with a private Flower home, checked to
-leave no process behind, its console optionally redirected to a file."""
+leave no process behind, its console optionally redirected to a file; at most one run of
+the simulation engine at a time (`RAY_LOCK`); and what a run's processes listen on."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
 import tempfile
+import time
 from contextlib import nullcontext
 from pathlib import Path
 
 import psutil
 from conftest import TINY
+from filelock import FileLock
 
 from fedmc_flwr.experiments.sweep import _output_to
-from fedmc_flwr.federation.runner import Engine, run_federation
+from fedmc_flwr.federation.runner import Engine, SimulationEngine, run_federation
+from fedmc_flwr.integrations.prometheus import is_loopback
+
+RAY_LOCK = FileLock(Path(tempfile.gettempdir()) / "fedmc-flwr-tests-ray.lock")
+"""Held around every run of Flower's simulation engine a test starts (`run_isolated`
+takes it; a test that starts one as a child process holds it itself), so that no two
+Ray clusters start side by side, whichever pytest worker runs them: Ray gives a starting
+node 30 s to register with its GCS, which two clusters starting together on two cores
+can overrun. The deployment engine starts no Ray and runs beside them. One instance per
+process, so holding it again inside a test is free."""
 
 
 def processes_with_env(marker: str) -> list[int]:
@@ -43,9 +59,78 @@ def run_isolated(
     goes to that file, as when `fedmc run` is redirected."""
     previous, tempfile.tempdir = tempfile.tempdir, str(homes)
     try:
-        with _output_to(console) if console else nullcontext():
+        simulation = engine is None or isinstance(engine, SimulationEngine)
+        with (
+            RAY_LOCK if simulation else nullcontext(),
+            _output_to(console) if console else nullcontext(),
+        ):
             code = run_federation(config, overrides, supernodes, on_existing, engine)
     finally:
         tempfile.tempdir = previous
     assert processes_with_env(f"FLWR_HOME={homes}") == [], "Flower processes left running"
     return code
+
+
+def listening(pids: list[int]) -> dict[int, tuple[str, set[str]]]:
+    """pid -> (process name, `ip:port` of each socket it listens on)."""
+    found = {}
+    for pid in pids:
+        try:
+            process = psutil.Process(pid)
+            ports = {
+                f"{c.laddr.ip}:{c.laddr.port}"
+                for c in process.net_connections(kind="inet")
+                if c.status == psutil.CONN_LISTEN
+            }
+            found[pid] = (process.name(), ports)
+        except psutil.Error:
+            continue
+    return found
+
+
+def survivors_of_sigkill(runner: subprocess.Popen, marker: str, wait_s: float) -> list[str]:
+    """SIGKILL `runner`; the processes of `marker` still alive `wait_s` later (killed
+    then, so as not to leave them to the rest of the suite), as `name (pid)`."""
+    runner.send_signal(signal.SIGKILL)
+    runner.wait()
+    left: list[int] = []
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        left = [p for p in processes_with_env(marker) if p != os.getpid()]
+        if not left:
+            break
+        time.sleep(0.5)
+    survivors = []
+    for pid in left:
+        try:
+            survivors.append(f"{psutil.Process(pid).name()} ({pid})")
+            os.kill(pid, signal.SIGKILL)
+        except (psutil.Error, OSError):
+            continue
+    return survivors
+
+
+def watch_to_first_round(
+    runner: subprocess.Popen, marker: str, progress: Path
+) -> dict[int, tuple[str, set[str]]]:
+    """Every socket the processes of `marker` listen on, from the start of `runner` until
+    `progress` says a round is complete (or the runner ends, or ten minutes pass)."""
+    seen: dict[int, tuple[str, set[str]]] = {}
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and runner.poll() is None:
+        for pid, (name, ports) in listening(processes_with_env(marker)).items():
+            seen.setdefault(pid, (name, set()))[1].update(ports)
+        if progress.exists() and json.loads(progress.read_text())["completed_round"]:
+            break
+        time.sleep(0.5)
+    return seen
+
+
+def beyond_loopback(seen: dict[int, tuple[str, set[str]]]) -> set[str]:
+    """The sockets in `seen` that listen on more than loopback."""
+    return {
+        f"{name} ({pid}): {port}"
+        for pid, (name, ports) in seen.items()
+        for port in ports
+        if not is_loopback(port.rsplit(":", 1)[0])
+    }

@@ -3,9 +3,9 @@
 The same tiny experiment runs twice: on one virtual client per region, then with both
 regions on one virtual client. The two metrics.csv files must be identical byte for
 byte: the run is deterministic, and how regions map onto clients does not change it.
-A third copy is killed outright (SIGKILL) after its first round and resumed: it must end
-byte-identical too. Faulty regions are left out of their rounds and recorded; too few
-healthy regions stop the run with one line.
+A third copy, watched from outside (test_security's checks), is killed outright (SIGKILL)
+after its first round and resumed: it must end byte-identical too. Faulty regions are
+left out of their rounds and recorded; too few healthy regions stop the run with one line.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -22,7 +21,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from flower_runs import TINY, processes_with_env, run_isolated
+from flower_runs import (
+    RAY_LOCK,
+    TINY,
+    run_isolated,
+    survivors_of_sigkill,
+    watch_to_first_round,
+)
+from test_security import REAP_WAIT_S, check_listeners, check_ray_refuses_strangers
 
 from fedmc_flwr.config import load_config
 from fedmc_flwr.federation.client_app import train_region
@@ -106,24 +112,26 @@ def test_same_config_and_seed_give_identical_metrics(runs: list[Path], table: st
 
 @pytest.mark.flower
 def test_a_run_killed_outright_resumes_to_the_same_tables(runs: list[Path], tmp_path: Path) -> None:
-    """SIGKILL `fedmc run` right after round 1; `--resume` finishes it byte-identical to an
-    uninterrupted run, leaving no process behind."""
+    """`fedmc run` is watched (test_security's checks: loopback only, Ray locked) and
+    SIGKILLed right after round 1, leaving no process behind; `--resume` finishes it
+    byte-identical to an uninterrupted run."""
     homes = tmp_path / "home"
     homes.mkdir()
     out = tmp_path / "tiny_federation"
     command = [sys.executable, "-m", "fedmc_flwr.cli", "run", "--config", str(TINY)]
     command += ["--set", f"results_dir={tmp_path}"]
-    with tempfile.TemporaryDirectory(dir="/tmp") as short:  # Ray's socket paths are short
+    with RAY_LOCK, tempfile.TemporaryDirectory(dir="/tmp") as short:  # short Ray socket paths
+        marker = f"TMPDIR={short}"
         killed = subprocess.Popen(command, env={**os.environ, "TMPDIR": short})
-        progress = out / "progress.json"
-        deadline = time.monotonic() + 600
-        while not progress.exists() and killed.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert json.loads(progress.read_text())["completed_round"] == 1
-        killed.send_signal(signal.SIGKILL)
-        killed.wait()
+        try:
+            seen = watch_to_first_round(killed, marker, out / "progress.json")
+            assert json.loads((out / "progress.json").read_text())["completed_round"] == 1
+            check_listeners(seen, {"gcs_server", "raylet", "flwr-simulation"})
+            check_ray_refuses_strangers(seen)
+        finally:
+            survivors = survivors_of_sigkill(killed, marker, REAP_WAIT_S)
+        assert not survivors, f"alive {REAP_WAIT_S:g} s after the runner's SIGKILL: {survivors}"
         assert run_isolated(homes, [f"results_dir={tmp_path}"], 2, on_existing="resume") == 0
-        assert processes_with_env(f"TMPDIR={short}") == [], "the killed run left processes"
     for table in ("metrics.csv", "per_seed.csv"):
         assert (out / table).read_bytes() == (runs[0] / table).read_bytes(), table
     for rnd in (1, 2):

@@ -1,54 +1,35 @@
 """What a run exposes, and what it leaves behind when it is killed.
 
-One real `fedmc run` (the tiny federation, through Flower's simulation engine and Ray) and
-one `fedmc deploy` (SuperLink and SuperNodes) are watched from outside while they train:
-every socket any process of the family listens on must be loopback, and Ray's GCS must
-refuse a client that does not hold the run's token (and answer one that does, so the
-refusal is the token's doing). Then the runner is killed outright (SIGKILL): within a
-short wait no process of its family may be left, Ray's helpers included. The token file
-itself is checked without Flower.
+A run is watched from outside while it trains: every socket any process of the family
+listens on must be loopback, and under the simulation engine Ray's GCS must refuse a
+client that does not hold the run's token (and answer one that does, so the refusal is
+the token's doing). Then the runner is killed outright (SIGKILL): within a short wait no
+process of its family may be left, Ray's helpers included. Here one `fedmc deploy`
+(SuperLink and SuperNodes) is watched; the `fedmc run` that test_federation kills after
+round 1 (and resumes) is watched with the checks here. The token file itself is checked
+without Flower.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import signal
 import stat
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import grpc
 import psutil
 import pytest
-from flower_runs import TINY, processes_with_env
+from flower_runs import TINY, beyond_loopback, survivors_of_sigkill, watch_to_first_round
 
 from fedmc_flwr.federation.superlink import RAY_ENV, flower_env
-from fedmc_flwr.integrations.prometheus import is_loopback
 
 GCS_PROBE = "/ray.rpc.NodeInfoGcsService/GetClusterId"
 """A GCS call any Ray client makes first; an empty request is valid."""
 REAP_WAIT_S = 20.0
-
-
-def _listening(pids: list[int]) -> dict[int, tuple[str, set[str]]]:
-    """pid -> (process name, `ip:port` of each socket it listens on)."""
-    found = {}
-    for pid in pids:
-        try:
-            process = psutil.Process(pid)
-            ports = {
-                f"{c.laddr.ip}:{c.laddr.port}"
-                for c in process.net_connections(kind="inet")
-                if c.status == psutil.CONN_LISTEN
-            }
-            found[pid] = (process.name(), ports)
-        except psutil.Error:
-            continue
-    return found
+"""How long a killed runner's family may take to go."""
 
 
 def _gcs_answer(port: int, token: str | None) -> grpc.StatusCode:
@@ -62,87 +43,53 @@ def _gcs_answer(port: int, token: str | None) -> grpc.StatusCode:
     return grpc.StatusCode.OK
 
 
-ENGINES = {
-    "run": ([], {"gcs_server", "raylet", "flwr-simulation"}),
-    "deploy": (["--insecure", "--no-node-auth"], {"flower-supernod"}),
-}
-"""Subcommand -> its extra arguments, and (some of) the processes that must be seen
-listening, by name as the kernel shortens it."""
-
-
-@pytest.mark.flower
-@pytest.mark.slow
-@pytest.mark.parametrize("subcommand", sorted(ENGINES))
-def test_a_run_listens_on_loopback_locks_ray_and_dies_whole(
-    tmp_path: Path, subcommand: str
-) -> None:
-    out = tmp_path / "tiny_federation"
-    extra, listeners = ENGINES[subcommand]
-    command = [sys.executable, "-m", "fedmc_flwr.cli", subcommand, "--config", str(TINY)]
-    command += ["--set", f"results_dir={tmp_path}", "--set", "train.rounds=6", *extra]
-    with tempfile.TemporaryDirectory(dir="/tmp") as short:  # Ray's socket paths are short
-        marker = f"TMPDIR={short}"
-        runner = subprocess.Popen(command, env={**os.environ, "TMPDIR": short})
-        try:
-            listening: dict[int, tuple[str, set[str]]] = {}
-            progress = out / "progress.json"
-            deadline = time.monotonic() + 600
-            while time.monotonic() < deadline and runner.poll() is None:
-                for pid, (name, ports) in _listening(processes_with_env(marker)).items():
-                    listening.setdefault(pid, (name, set()))[1].update(ports)
-                if progress.exists() and json.loads(progress.read_text())["completed_round"]:
-                    break
-                time.sleep(0.5)
-            assert runner.poll() is None, "the run ended before it could be watched"
-            names = {name for name, ports in listening.values() if ports}
-            assert listeners <= names, names
-            assert any(name.startswith("flower-superl") for name in names), names
-            wide = {
-                f"{name} ({pid}): {port}"
-                for pid, (name, ports) in listening.items()
-                for port in ports
-                if not is_loopback(port.rsplit(":", 1)[0])
-            }
-            assert not wide, f"listening beyond loopback: {sorted(wide)}"
-
-            if subcommand == "run":
-                _check_ray_refuses_strangers(listening)
-        finally:
-            runner.send_signal(signal.SIGKILL)
-            runner.wait()
-        left: list[int] = []
-        deadline = time.monotonic() + REAP_WAIT_S
-        while time.monotonic() < deadline:
-            left = [p for p in processes_with_env(marker) if p != os.getpid()]
-            if not left:
-                break
-            time.sleep(0.5)
-        survivors = []
-        for pid in left:
-            try:
-                survivors.append(f"{psutil.Process(pid).name()} ({pid})")
-            except psutil.Error:
-                continue
-            os.kill(pid, signal.SIGKILL)  # do not leave them to the rest of the suite
-        assert not survivors, f"alive {REAP_WAIT_S:g} s after the runner's SIGKILL: {survivors}"
-
-
-def _check_ray_refuses_strangers(listening: dict[int, tuple[str, set[str]]]) -> None:
+def check_ray_refuses_strangers(seen: dict[int, tuple[str, set[str]]]) -> None:
     """Ray's GCS answers only the run's token; Ray's helpers were up to be seen."""
-    gcs = next(pid for pid, (name, _) in listening.items() if name == "gcs_server")
+    gcs = next(pid for pid, (name, _) in seen.items() if name == "gcs_server")
     environ = psutil.Process(gcs).environ()
     token = Path(environ["RAY_AUTH_TOKEN_PATH"]).read_text().strip()
-    for port in {int(p.rsplit(":", 1)[1]) for p in listening[gcs][1]}:
+    for port in {int(p.rsplit(":", 1)[1]) for p in seen[gcs][1]}:
         assert _gcs_answer(port, None) == grpc.StatusCode.UNAUTHENTICATED
         assert _gcs_answer(port, "0" * len(token)) == grpc.StatusCode.UNAUTHENTICATED
         assert _gcs_answer(port, token) == grpc.StatusCode.OK
     commands = []
-    for pid in listening:
+    for pid in seen:
         try:
             commands.append(" ".join(psutil.Process(pid).cmdline()))
         except psutil.Error:
             continue
     assert any("ray::" in c or "dashboard/agent" in c for c in commands), commands
+
+
+def check_listeners(seen: dict[int, tuple[str, set[str]]], expected: set[str]) -> None:
+    """`expected` processes (by name as the kernel shortens it) and the SuperLink were
+    seen listening, every one of them on loopback only."""
+    names = {name for name, ports in seen.values() if ports}
+    assert expected <= names, names
+    assert any(name.startswith("flower-superl") for name in names), names
+    wide = beyond_loopback(seen)
+    assert not wide, f"listening beyond loopback: {sorted(wide)}"
+
+
+@pytest.mark.flower
+@pytest.mark.slow
+def test_a_deployment_listens_on_loopback_and_dies_whole(tmp_path: Path) -> None:
+    """The simulation engine's run gets the same watch in test_federation's kill test."""
+    command = [sys.executable, "-m", "fedmc_flwr.cli", "deploy", "--config", str(TINY)]
+    command += ["--set", f"results_dir={tmp_path}", "--set", "train.rounds=6"]
+    command += ["--insecure", "--no-node-auth"]
+    with tempfile.TemporaryDirectory(dir="/tmp") as short:
+        marker = f"TMPDIR={short}"
+        runner = subprocess.Popen(command, env={**os.environ, "TMPDIR": short})
+        try:
+            seen = watch_to_first_round(
+                runner, marker, tmp_path / "tiny_federation" / "progress.json"
+            )
+            assert runner.poll() is None, "the run ended before it could be watched"
+            check_listeners(seen, {"flower-supernod"})
+        finally:
+            survivors = survivors_of_sigkill(runner, marker, REAP_WAIT_S)
+        assert not survivors, f"alive {REAP_WAIT_S:g} s after the runner's SIGKILL: {survivors}"
 
 
 def test_each_run_gets_a_fresh_private_ray_token(
