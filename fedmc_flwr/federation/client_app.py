@@ -33,7 +33,7 @@ from flwr.client import ClientApp, NumPyClient
 from flwr.common import Config, Scalar
 from omegaconf import OmegaConf
 
-from fedmc_flwr.config import ExperimentConfig
+from fedmc_flwr.config import ExperimentConfig, active_regions, join_round, region_steps
 from fedmc_flwr.evaluation import EvalResult, evaluate
 from fedmc_flwr.federation import faults, wire
 from fedmc_flwr.federation.console import quiet_flower
@@ -79,10 +79,11 @@ def train_region(
     """One round of local PPO from the global `weights`; the learner's state carries over,
     and the round's means come back with each PPO update's diagnostics (`wire.updates_metrics`).
 
-    Round 1 starts a fresh learner (`forget_earlier_runs` has cleared the region's folder);
-    later rounds resume the newest state saved before this round (see the module
-    docstring), or start a fresh one if the region has none yet (it failed every round so
-    far, or its node is new).
+    The region's first round (round 1, or the round it joins in) starts a fresh learner
+    (`forget_earlier_runs` has cleared its folder); later rounds resume the newest state
+    saved before this round (see the module docstring), or start a fresh one if the region
+    has none yet (it failed every round so far, or its node is new). A fresh learner takes
+    the global weights and statistics: a late region starts where the federation is.
     """
     learner = PPOLearner(cfg, [region], seed=learner_seed(cfg.seed, region))
     folder = state_dir_of(state_dir, cfg, region)
@@ -92,7 +93,7 @@ def train_region(
     learner.set_weights(weights)
     start = time.perf_counter()
     stats: dict[str, Scalar] = {
-        **learner.train_round(cfg.train.steps_per_round, proximal_mu=cfg.federation.proximal_mu),
+        **learner.train_round(region_steps(cfg, region), proximal_mu=cfg.federation.proximal_mu),
         **wire.updates_metrics(learner.updates),
     }
     stats["wall_time_s"] = time.perf_counter() - start
@@ -133,19 +134,22 @@ class RegionClient(NumPyClient):
         self.num_partitions = num_partitions
         self.state_dir = state_dir
 
-    def _regions(self, cfg: ExperimentConfig) -> list[int]:
-        return wire.regions_of(self.partition, self.num_partitions, cfg.world.regions)
+    def _regions(self, cfg: ExperimentConfig, server_round: int) -> list[int]:
+        """This client's regions that have joined by `server_round`."""
+        joined = set(active_regions(cfg, server_round))
+        mine = wire.regions_of(self.partition, self.num_partitions, cfg.world.regions)
+        return [region for region in mine if region in joined]
 
     def fit(self, parameters: Weights, config: Config) -> tuple[Weights, int, dict[str, Scalar]]:
         cfg = experiment_from(config)
-        regions = self._regions(cfg)
+        server_round = int(config["server-round"])
+        regions = self._regions(cfg, server_round)
         weights: Weights = []
         metrics: dict[str, Scalar] = wire.covering(regions)
         steps = 0
-        server_round = int(config["server-round"])
         network_arrays = len(parameters) - len(STATISTICS) * MOMENT_ARRAYS
         for region in regions:
-            if server_round == 1:
+            if server_round == join_round(cfg, region):
                 forget_earlier_runs(self.state_dir, cfg, region)
             fault = faults.fault_for(cfg, region, server_round)
             faults.before_training(fault, cfg)
@@ -161,7 +165,7 @@ class RegionClient(NumPyClient):
 
     def evaluate(self, parameters: Weights, config: Config) -> tuple[float, int, dict[str, Scalar]]:
         cfg = experiment_from(config)
-        regions = self._regions(cfg)
+        regions = self._regions(cfg, int(config["server-round"]))
         metrics: dict[str, Scalar] = wire.covering(regions)
         rewards = []
         for region in regions:
