@@ -307,6 +307,14 @@ class FederationConfig:
     deadline_s: float = 0.0
     """`fedmc run` stops the run after this many seconds of wall clock, keeping every
     finished round (resumable with --resume); 0 means no deadline."""
+    personal_statistics: bool = False
+    """Each region normalises its observations and returns with its own statistics, not
+    the pooled ones, in training and when judged (it still sends what it saw, so the
+    global statistics a late region, the arena and an export start from stay pooled)."""
+    fine_tuned: bool = False
+    """Each region is judged with its own network after the round's local training from
+    the global one (FedAvg with local fine-tuning), not with the global network; training
+    and aggregation are FedAvg's."""
     join_rounds: list[int] = field(default_factory=list)
     """The round each region joins in (empty: every region in round 1). Before it a region
     neither trains nor is evaluated, and it is no failed region; in it, it starts from the

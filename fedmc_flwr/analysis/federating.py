@@ -1,7 +1,9 @@
 """What federating buys: the federated learner against local-only and centralised PPO, per
 setting, read from the sweeps' finished cells.
 
-A sweep whose experiment singles out one region (a region that joins late,
+Every federated variant of a sweep gets its row (FedAvg, and the personalised or proximal
+variants where the sweep has them): no variant is picked on the test worlds it is then
+reported on. A sweep whose experiment singles out one region (a region that joins late,
 `federation.join_rounds`, or one that gathers less experience per round,
 `train.step_share`) is judged on that region's test worlds alone: the federated policy it
 evaluates against the same region's local learner (same config: from scratch in its join
@@ -25,7 +27,6 @@ from fedmc_flwr.config import ExperimentConfig, join_round
 from fedmc_flwr.experiments.sweep import Sweep, complete_seeds, finished_frame
 from fedmc_flwr.sim.signals import region_catalogue
 
-FEDERATED = "ppo-fedavg"
 LOCAL = "ppo-local"
 CENTRALISED = "ppo-centralised"
 REFERENCE = "sed"
@@ -59,6 +60,8 @@ class Gain:
     """One row of "What federating buys"."""
 
     setting: str
+    variant: str
+    """The federated variant judged."""
     scope: str
     """Which worlds: a region's name, or 'all regions'."""
     seeds: list[int]
@@ -105,40 +108,55 @@ def _race(
     return RaceToReference(None, None)
 
 
-def federating_gain(sweep: Sweep) -> Gain | None:
-    """The sweep's row, from the training seeds whose every cell is finished (None when
-    none is, or the sweep has no federated learner)."""
+def federating_gains(sweep: Sweep, federated: Sequence[str] | None = None) -> list[Gain]:
+    """The sweep's rows, one per federated variant (`federated`: those variants instead
+    of the sweep's federated ones), from the training seeds whose every cell is finished
+    (none when no seed is)."""
     seeds = complete_seeds(sweep)
+    if federated is None:
+        federated = list(dict.fromkeys(c.variant for c in sweep.cells if c.kind == "federated"))
+    if not seeds or not federated:
+        return []
     variants = {cell.variant for cell in sweep.cells}
-    if not seeds or FEDERATED not in variants:
-        return None
     frame = finished_frame(sweep, seeds)
     cfg = sweep.cells[0].cfg
     region = watched_region(cfg)
     if region is None:
-        return Gain(
-            sweep.name,
-            "all regions",
-            seeds,
-            _versus(frame, FEDERATED, LOCAL),
-            _versus(frame, FEDERATED, CENTRALISED),
-        )
+        return [
+            Gain(
+                sweep.name,
+                variant,
+                "all regions",
+                seeds,
+                _versus(frame, variant, LOCAL),
+                _versus(frame, variant, CENTRALISED),
+            )
+            for variant in federated
+        ]
     name = region_catalogue(cfg.world.regions)[region].name
     mine = frame[frame["client"] == name]
     join = join_round(cfg, region)
-    rounds = cfg.train.rounds
     late = join > 1
-    return Gain(
-        sweep.name,
-        name,
-        seeds,
-        _versus(mine, FEDERATED, LOCAL),
-        None,  # centralised PPO pools every region from round 1 (`experiments.training`)
-        _versus(mine, FEDERATED, LOCAL, join) if late else None,
-        {v: _race(sweep, mine, v, name, join, rounds) for v in (FEDERATED, LOCAL)}
-        if late and LOCAL in variants
-        else None,
-    )
+    gains = []
+    for variant in federated:
+        race = None
+        if late and LOCAL in variants:
+            race = {
+                v: _race(sweep, mine, v, name, join, cfg.train.rounds) for v in (variant, LOCAL)
+            }
+        gains.append(
+            Gain(
+                sweep.name,
+                variant,
+                name,
+                seeds,
+                _versus(mine, variant, LOCAL),
+                None,  # centralised PPO pools every region from round 1 (`experiments.training`)
+                _versus(mine, variant, LOCAL, join) if late else None,
+                race,
+            )
+        )
+    return gains
 
 
 def _difference(estimate: Estimate | None) -> str:
@@ -163,20 +181,20 @@ def gains_table(gains: Sequence[Gain | tuple[str, str]]) -> str:
     """The markdown table: one row per setting, or (setting, why it has no row) for one
     not measured."""
     header = (
-        "| setting | judged on | seeds | federated - local | federated - centralised "
-        "| at first evaluation, federated - local | rounds (s) to beat SED: federated "
-        "| local |\n|---|---|---|---|---|---|---|---|\n"
+        "| setting | federated | judged on | seeds | federated - local "
+        "| federated - centralised | at first evaluation, federated - local "
+        "| rounds (s) to beat SED: federated | local |\n|---|---|---|---|---|---|---|---|---|\n"
     )
     lines = []
     for gain in gains:
         if isinstance(gain, tuple):
-            lines.append(f"| `{gain[0]}` | {gain[1]} | | | | | | |")
+            lines.append(f"| `{gain[0]}` | | {gain[1]} | | | | | | |")
             continue
         race = gain.race or {}
         lines.append(
-            f"| `{gain.setting}` | {gain.scope} | {len(gain.seeds)} "
+            f"| `{gain.setting}` | `{gain.variant}` | {gain.scope} | {len(gain.seeds)} "
             f"| {_difference(gain.versus_local)} | {_difference(gain.versus_centralised)} "
             f"| {_difference(gain.first_versus_local)} "
-            f"| {_race_cell(race.get(FEDERATED))} | {_race_cell(race.get(LOCAL))} |"
+            f"| {_race_cell(race.get(gain.variant))} | {_race_cell(race.get(LOCAL))} |"
         )
     return header + "\n".join(lines) + "\n"

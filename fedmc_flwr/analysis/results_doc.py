@@ -27,7 +27,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from fedmc_flwr.analysis.federating import federating_gain, gains_table
+from fedmc_flwr.analysis.federating import federating_gains, gains_table
 from fedmc_flwr.errors import InputError
 from fedmc_flwr.experiments.sweep import load_sweep
 from fedmc_flwr.results import read_provenance
@@ -50,7 +50,8 @@ FEDERATING = (
 region and the data-poor region."""
 FEDERATING_INTRO = """## What federating buys
 
-Each row is one setting's sweep: FedAvg against the same setting's local-only learners
+Each row is one federated variant of one setting's sweep (FedAvg, and where the sweep
+has them the proximal and personalised variants) against the same setting's local-only learners
 (one per region, no aggregation) and centralised PPO (one learner on every region's
 worlds, the raw data pooled), at the last round, paired per test world over the training
 seeds. A late region (`federation.join_rounds`) and a data-poor one (`train.step_share`)
@@ -132,8 +133,8 @@ def federating_section(names: Sequence[str] = FEDERATING, sweeps_dir: Path = SWE
     rows: list = []
     for name in names:
         path = sweeps_dir / f"{name}.yaml"
-        gain = federating_gain(load_sweep(path))
-        rows.append(gain or (name, f"not measured yet: `fedmc sweep --config {path}`"))
+        gains = federating_gains(load_sweep(path))
+        rows += gains or [(name, f"not measured yet: `fedmc sweep --config {path}`")]
     return FEDERATING_INTRO + "\n" + gains_table(rows)
 
 
@@ -142,8 +143,9 @@ def write_results(
     out: Path,
     sweeps_dir: Path = SWEEPS_DIR,
     transfers: Sequence[str] = (),
+    federating: Sequence[str] = FEDERATING,
 ) -> Path:
-    sections = [federating_section(sweeps_dir=sweeps_dir)]
+    sections = [federating_section(federating, sweeps_dir)]
     sections += [section(name, sweeps_dir) for name in names]
     sections += [transfer_section(target) for target in transfers]
     out.parent.mkdir(parents=True, exist_ok=True)
