@@ -51,8 +51,8 @@ plots: setup
 # forms of FedProx on each non-IID setting (fedprox_*.yaml, 3 seeds each). Finished cells
 # are skipped, so an interrupted `make results` continues; `make report` summarises and
 # writes the docs again without running anything.
-SWEEPS ?= two_tier_tuning default trace_dc node_scorer fedprox_balanced fedprox_busy_region \
-	fedprox_skewed_prices_carbon fedprox_outages
+SWEEPS ?= two_tier_tuning default trace_dc node_scorer late_region data_poor_region \
+	fedprox_balanced fedprox_busy_region fedprox_skewed_prices_carbon fedprox_outages
 TRANSFERS ?= 10x20 20x50
 SEEDS ?= 0 1 2 3 4
 # Two cells at once fill a 2-core machine (a federated cell leaves one core idle half of

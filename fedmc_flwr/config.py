@@ -160,6 +160,30 @@ def region_world(world: WorldConfig, region: int) -> WorldConfig:
     return dataclasses.replace(world, regions=regions, nodes_per_region=nodes, region_estates=[])
 
 
+def join_round(cfg: ExperimentConfig, region: int) -> int:
+    """The round `region` joins in (`federation.join_rounds`)."""
+    joins = cfg.federation.join_rounds
+    return int(joins[region]) if joins else 1
+
+
+def active_regions(cfg: ExperimentConfig, server_round: int) -> list[int]:
+    """The regions that have joined by `server_round`: those that train and are judged."""
+    return [r for r in range(cfg.world.regions) if join_round(cfg, r) <= server_round]
+
+
+def region_steps(cfg: ExperimentConfig, region: int) -> int:
+    """Time steps per round in each of `region`'s environments (`train.step_share`)."""
+    shares = cfg.train.step_share
+    share = float(shares[region]) if shares else 1.0
+    return max(1, round(cfg.train.steps_per_round * share))
+
+
+def planned_steps(cfg: ExperimentConfig, region: int) -> int:
+    """Time steps per environment `region`'s learner takes over the run: its rounds from
+    joining to the last, each of `region_steps` (what its learning rate anneals over)."""
+    return (cfg.train.rounds - join_round(cfg, region) + 1) * region_steps(cfg, region)
+
+
 def shares_one_estate(cfg: ExperimentConfig) -> bool:
     """Whether every region dispatches into the same estate (the arena needs one)."""
     worlds = [region_world(cfg.world, r) for r in range(cfg.world.regions)]
@@ -239,6 +263,10 @@ class TrainConfig:
     """Federated rounds (or training phases without federation)."""
     steps_per_round: int = 2000
     """Time steps per round in each of a learner's parallel environments."""
+    step_share: list[float] = field(default_factory=list)
+    """Each region's share of `steps_per_round`, in (0, 1] (empty: 1 each): a region with
+    0.1 gathers a tenth of the others' experience per round, federated or local
+    (`region_steps`). Centralised PPO pools every region alike and refuses it."""
 
 
 @dataclass
@@ -279,6 +307,20 @@ class FederationConfig:
     deadline_s: float = 0.0
     """`fedmc run` stops the run after this many seconds of wall clock, keeping every
     finished round (resumable with --resume); 0 means no deadline."""
+    personal_statistics: bool = False
+    """Each region normalises its observations and returns with its own statistics, not
+    the pooled ones, in training and when judged (it still sends what it saw, so the
+    global statistics a late region, the arena and an export start from stay pooled)."""
+    fine_tuned: bool = False
+    """Each region is judged with its own network after the round's local training from
+    the global one (FedAvg with local fine-tuning), not with the global network; training
+    and aggregation are FedAvg's."""
+    join_rounds: list[int] = field(default_factory=list)
+    """The round each region joins in (empty: every region in round 1). Before it a region
+    neither trains nor is evaluated, and it is no failed region; in it, it starts from the
+    global policy and statistics (a local learner of `fedmc train`: from scratch). Under
+    `fedmc deploy` the SuperNode serving only late regions starts once the round before
+    is done. At least `min_regions` regions join in round 1."""
 
 
 @dataclass
@@ -513,6 +555,24 @@ def _check_federation(cfg: DictConfig, source: str) -> None:
         raise ConfigError(
             f"{source}: federation.min_regions = {federation.min_regions} is not allowed; "
             f"expected at most world.regions ({regions})"
+        )
+    joins = list(federation.join_rounds)
+    if joins and (len(joins) != regions or not all(1 <= int(k) <= cfg.train.rounds for k in joins)):
+        raise ConfigError(
+            f"{source}: federation.join_rounds = {joins} is not allowed; expected "
+            f"{regions} rounds from 1 to train.rounds ({cfg.train.rounds}), one per region, or []"
+        )
+    first = sum(1 for k in joins if k == 1) if joins else regions
+    if first < federation.min_regions:
+        raise ConfigError(
+            f"{source}: federation.join_rounds = {joins} lets {first} region(s) join in round "
+            f"1; expected at least federation.min_regions ({federation.min_regions})"
+        )
+    shares = list(cfg.train.step_share)
+    if shares and (len(shares) != regions or not all(0 < float(v) <= 1 for v in shares)):
+        raise ConfigError(
+            f"{source}: train.step_share = {shares} is not allowed; expected {regions} numbers "
+            "in (0, 1], one per region, or []"
         )
     if federation.aggregation == "trimmed-mean" and int(federation.trim_fraction * regions) < 1:
         raise ConfigError(

@@ -47,7 +47,7 @@ def test_every_expected_region_is_healthy_or_failed_with_a_reason() -> None:
         _reply([3], [_net(1.0)], steps=10**15),
         _reply([4, 5], [_net(1.0)]),  # one network for two regions: cannot be split
     ]
-    outcome = sort_out(8, replies, ["RuntimeError: region 6 died"], reference, MAX_STEPS)
+    outcome = sort_out(range(8), replies, ["RuntimeError: region 6 died"], reference, MAX_STEPS)
     assert [u.region for u in outcome.updates] == [0]
     assert set(outcome.failed) == {1, 2, 3, 4, 5, 6, 7}
     assert "NaN" in outcome.failed[1]
@@ -59,7 +59,7 @@ def test_every_expected_region_is_healthy_or_failed_with_a_reason() -> None:
 
 def test_two_replies_for_one_region_leave_it_out() -> None:
     replies = [_reply([0], [_net(1.0)]), _reply([0], [_net(2.0)]), _reply([1], [_net(1.0)])]
-    outcome = sort_out(2, replies, [], _net(0.0), MAX_STEPS)
+    outcome = sort_out(range(2), replies, [], _net(0.0), MAX_STEPS)
     assert [u.region for u in outcome.updates] == [1]
     assert "two replies" in outcome.failed[0]
 

@@ -32,8 +32,10 @@ def test_each_section_is_the_sweeps_description_provenance_and_summary(tmp_path:
     (results / "default").mkdir(parents=True)
     (results / "default" / "summary.md").write_text("| policy | reward |\n|---|---|\n| x | -1 |\n")
     record_provenance(results / "default", "fedmc sweep --config conf/sweeps/default.yaml")
-    out = write_results(["default", "other"], tmp_path / "results.md", sweeps)
+    out = write_results(["default", "other"], tmp_path / "results.md", sweeps, federating=["other"])
     text = out.read_text()
+    assert "## What federating buys" in text
+    assert "| `other` | | not measured yet: `fedmc sweep --config" in text
     assert "## `default`" in text
     assert "FedAvg against SED on two seeds." in text
     assert "| x | -1 |" in text

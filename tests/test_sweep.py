@@ -191,9 +191,25 @@ def test_shipped_sweeps_load() -> None:
         for name in ("balanced", "busy_region", "skewed_prices_carbon", "outages")
     }
     for sweep in ablations:
-        assert sweep.baseline == "ppo-fedavg" and len({c.seed for c in sweep.cells}) == 3
-        forms = {(c.cfg.federation.strategy, c.cfg.federation.proximal_mu) for c in sweep.cells}
-        assert forms == {("fedavg", 0.0), ("shrink", 0.0), ("fedavg", 0.01)}
+        assert sweep.baseline == "ppo-fedavg" and len({c.seed for c in sweep.cells}) == 5
+        federation = [c.cfg.federation for c in sweep.cells if c.kind == "federated"]
+        forms = {
+            (f.strategy, f.proximal_mu, f.personal_statistics, f.fine_tuned) for f in federation
+        }
+        assert forms == {
+            ("fedavg", 0.0, False, False),
+            ("shrink", 0.0, False, False),
+            ("fedavg", 0.01, False, False),
+            ("fedavg", 0.0, True, False),
+            ("fedavg", 0.0, False, True),
+        }
+        assert {c.kind for c in sweep.cells} == {"federated", "local", "centralised"}
+    for name in ("late_region", "data_poor_region"):
+        sweep = load_sweep(CONF / "sweeps" / f"{name}.yaml")
+        assert {(c.variant, c.kind) for c in sweep.cells} == {
+            ("ppo-fedavg", "federated"),
+            ("ppo-local", "local"),
+        }
 
 
 @pytest.mark.slow

@@ -268,17 +268,18 @@ def summarise(policies: dict[str, dict[int, Run]], baselines: Sequence[str]) -> 
 
 def paired_by_round(frame: pd.DataFrame, baseline: str) -> pd.DataFrame:
     """For one run's per_seed.csv: every learner minus `baseline`, round by round, paired
-    per eval seed (CI over eval seeds). Columns policy, round, mean, half_width."""
+    per eval seed (CI over eval seeds), on the regions judged that round (a late region
+    only from its join round). Columns policy, round, mean, half_width."""
     fixed = frame[(frame["policy"] == baseline) & (frame["round"] == 0)]
     if fixed.empty:
         raise ReportError(f"no round-0 rows of baseline {baseline!r}")
-    base = _run(fixed, FIXED, "per_seed.csv")
     out = []
     learners = frame[frame["round"] > 0]
     for (policy, rnd), rows in learners.groupby(["policy", "round"], sort=True):
         if rows["train_seed"].nunique() != 1:
             raise ReportError(f"{policy} round {rnd}: several training seeds in one file")
         run = _run(rows, int(rows["train_seed"].iloc[0]), "per_seed.csv")
+        base = _run(fixed[fixed["client"].isin(rows["client"].unique())], FIXED, "per_seed.csv")
         if not run.worlds.equals(base.worlds):
             raise ReportError(f"mismatched eval seeds: {policy} round {rnd} and {baseline}")
         diff = paired_difference(run.values["reward"], base.values["reward"])

@@ -8,6 +8,10 @@ without a summary says so and names the command that measures it. The README get
 headline sweep's tables between two markers, without the provenance line, which stays in
 docs/results.md (the one generated place for commits and dates).
 
+"What federating buys" opens the page: one row per setting of `FEDERATING`, the federated
+learner against local-only and centralised PPO on the same worlds (`analysis.federating`),
+computed from the sweeps' finished cells.
+
 Zero-shot transfers (`make transfers`: each training seed's federated policy of the default
 sweep, unchanged, on a bigger estate) get a section each from their folder under
 `results/transfers/`, described by the target config's own leading comment.
@@ -23,6 +27,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from fedmc_flwr.analysis.federating import federating_gains, gains_table
 from fedmc_flwr.errors import InputError
 from fedmc_flwr.experiments.sweep import load_sweep
 from fedmc_flwr.results import read_provenance
@@ -32,6 +37,30 @@ TRANSFERS_DIR = Path("results/transfers")
 HEADLINE = "default"
 """The sweep whose tables the README shows."""
 BEGIN, END = "<!-- headline results: begin -->", "<!-- headline results: end -->"
+FEDERATING = (
+    "default",
+    "fedprox_balanced",
+    "fedprox_busy_region",
+    "fedprox_skewed_prices_carbon",
+    "fedprox_outages",
+    "late_region",
+    "data_poor_region",
+)
+"""The settings of "What federating buys": small_demo, the four non-IID settings, the late
+region and the data-poor region."""
+FEDERATING_INTRO = """## What federating buys
+
+Each row is one federated variant of one setting's sweep (FedAvg, and where the sweep
+has them the proximal and personalised variants) against the same setting's local-only learners
+(one per region, no aggregation) and centralised PPO (one learner on every region's
+worlds, the raw data pooled), at the last round, paired per test world over the training
+seeds. A late region (`federation.join_rounds`) and a data-poor one (`train.step_share`)
+are judged on their own worlds only, where centralised PPO, which pools every region from
+round 1, does not apply; for the late region the next columns give the difference at its
+first evaluation and how many rounds (and seconds of its training) each learner needs
+from joining until it beats SED there. "pays": the 95% interval is above 0; "costs":
+below; otherwise the sweeps cannot tell the two apart.
+"""
 
 INTRO = """# Results
 
@@ -99,13 +128,25 @@ def transfer_section(target: str, transfers_dir: Path = TRANSFERS_DIR) -> str:
     return head + provenance_line(folder) + "\n\n" + summary.read_text().strip() + "\n"
 
 
+def federating_section(names: Sequence[str] = FEDERATING, sweeps_dir: Path = SWEEPS_DIR) -> str:
+    """ "What federating buys": a row per setting, or the command that would measure it."""
+    rows: list = []
+    for name in names:
+        path = sweeps_dir / f"{name}.yaml"
+        gains = federating_gains(load_sweep(path))
+        rows += gains or [(name, f"not measured yet: `fedmc sweep --config {path}`")]
+    return FEDERATING_INTRO + "\n" + gains_table(rows)
+
+
 def write_results(
     names: Sequence[str],
     out: Path,
     sweeps_dir: Path = SWEEPS_DIR,
     transfers: Sequence[str] = (),
+    federating: Sequence[str] = FEDERATING,
 ) -> Path:
-    sections = [section(name, sweeps_dir) for name in names]
+    sections = [federating_section(federating, sweeps_dir)]
+    sections += [section(name, sweeps_dir) for name in names]
     sections += [transfer_section(target) for target in transfers]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(INTRO + "\n" + "\n".join(sections))

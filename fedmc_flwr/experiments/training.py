@@ -20,6 +20,11 @@ TensorBoard's event files go to the experiment's `tb/` (`fedmc_flwr.tracking`): 
 learner's PPO updates in the run of its metrics.csv client (`all` for the centralised
 learner, a region's name for a local one), each round's held-out metrics per region and
 over all regions, all on the axis of the environment steps trained so far.
+
+A local learner keeps its region's federation settings: it trains `train.step_share` of
+the steps, and a region that joins late (`federation.join_rounds`) gets its learner, from
+scratch, in its join round and is judged from then on, as the federated region would be.
+Centralised PPO pools every region from round 1 and refuses both.
 """
 
 from __future__ import annotations
@@ -29,7 +34,14 @@ import time
 from pathlib import Path
 
 from fedmc_flwr.analysis.tables import format_table, with_ci
-from fedmc_flwr.config import ConfigError, ExperimentConfig, shares_one_estate, to_yaml
+from fedmc_flwr.config import (
+    ConfigError,
+    ExperimentConfig,
+    active_regions,
+    region_steps,
+    shares_one_estate,
+    to_yaml,
+)
 from fedmc_flwr.evaluation import (
     EvalResult,
     evaluate,
@@ -68,11 +80,12 @@ def _learners(cfg: ExperimentConfig, mode: str) -> dict[str, PPOLearner]:
 
 
 def _evaluate_learners(
-    cfg: ExperimentConfig, learners: dict[str, PPOLearner], policy: str
+    cfg: ExperimentConfig, learners: dict[str, PPOLearner], policy: str, regions: list[int]
 ) -> list[EvalResult]:
-    """Centralised: the one learner on every region. Local: each region's own learner."""
+    """Centralised: the one learner on every region. Local: each of `regions` (those that
+    have joined) by its own learner."""
     results = []
-    for region in range(cfg.world.regions):
+    for region in regions:
         learner = learners["all"] if "all" in learners else list(learners.values())[region]
         frozen = learner.policy(policy)
         results.append(evaluate(lambda sim, frozen=frozen: frozen, cfg, region))
@@ -90,6 +103,11 @@ def train(cfg: ExperimentConfig, mode: str, *, overwrite: bool = True) -> Path:
         raise ConfigError(
             f"{cfg.name}: centralised PPO runs one learner in one estate; "
             "world.region_estates gives the regions estates of different shapes"
+        )
+    if mode == "centralised" and (cfg.federation.join_rounds or cfg.train.step_share):
+        raise ConfigError(
+            f"{cfg.name}: centralised PPO pools every region from round 1; "
+            "federation.join_rounds and train.step_share are for federated and local runs"
         )
     policy = f"ppo-{mode}"
     out = experiment_dir(cfg.results_dir, f"{cfg.name}-{mode}", overwrite=overwrite)
@@ -118,9 +136,13 @@ def train(cfg: ExperimentConfig, mode: str, *, overwrite: bool = True) -> Path:
         round_start = time.perf_counter()
         trained: dict[str, list[dict[str, float]]] = {}
         round_steps = 0
-        for client, learner in learners.items():
+        active = active_regions(cfg, rnd)
+        for k, (client, learner) in enumerate(learners.items()):
+            if mode == "local" and k not in active:
+                continue  # its region has not joined yet
+            steps = steps_per_env if mode == "centralised" else region_steps(cfg, k)
             start = time.perf_counter()
-            stats = learner.train_round(steps_per_env)
+            stats = learner.train_round(steps)
             wall = time.perf_counter() - start
             row = {**key, "round": rnd, "phase": "train", "client": client, "policy": policy}
             steps = int(stats["env_steps"])
@@ -146,7 +168,7 @@ def train(cfg: ExperimentConfig, mode: str, *, overwrite: bool = True) -> Path:
             board.updates(client, updates, train_steps, round_steps)
         train_steps += round_steps
         start = time.perf_counter()
-        evaluated = _evaluate_learners(cfg, learners, policy)
+        evaluated = _evaluate_learners(cfg, learners, policy, active)
         wall = time.perf_counter() - start
         learner_rows = summary_rows(evaluated, region_names)
         per_seed.write(

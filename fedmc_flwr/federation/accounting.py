@@ -91,7 +91,7 @@ def _claimed_regions(metrics: Mapping[str, Scalar]) -> list[int]:
 
 
 def sort_out(
-    num_regions: int,
+    expected: Sequence[int],
     replies: Sequence[tuple[Sequence[np.ndarray], Mapping[str, Scalar]]],
     client_failures: Sequence[str],
     reference: Sequence[np.ndarray],
@@ -99,9 +99,11 @@ def sort_out(
 ) -> RoundOutcome:
     """The healthy updates of a round and a reason for every other expected region.
 
-    `replies` are the clients' (weights, metrics); `client_failures` one reason per client
-    that did not reply; `reference` the current global weights (shapes and dtypes an update
-    must have); `max_steps` the environment steps one region can have trained this round.
+    `expected` are the regions that take part in the round (a late region only from its
+    join round); an update for any other region is not accounted for. `replies` are the
+    clients' (weights, metrics); `client_failures` one reason per client that did not
+    reply; `reference` the current global weights (shapes and dtypes an update must have);
+    `max_steps` the environment steps one region can have trained this round.
     """
     failed: dict[int, str] = {}
     healthy: dict[int, RegionUpdate] = {}
@@ -113,8 +115,8 @@ def sort_out(
                 failed.setdefault(region, f"unreadable reply: {exc}")
             continue
         for update in updates:
-            if not 0 <= update.region < num_regions:
-                continue  # not a region of this experiment: nothing to account for
+            if update.region not in expected:
+                continue  # not a region of this round: nothing to account for
             problem = check_update(update.weights, reference)
             if problem is None and not 0 < update.num_examples <= max_steps:
                 problem = f"claims {update.num_examples} env steps, expected 1 to {max_steps}"
@@ -126,10 +128,10 @@ def sort_out(
             elif update.region not in failed:
                 healthy[update.region] = update
     why = missing_reason(client_failures)
-    for region in range(num_regions):
+    for region in expected:
         if region not in healthy:
             failed.setdefault(region, why)
-    failed = {r: why for r, why in failed.items() if 0 <= r < num_regions}
+    failed = {r: why for r, why in failed.items() if r in expected}
     return RoundOutcome(
         [healthy[r] for r in sorted(healthy)], {r: failed[r] for r in sorted(failed)}
     )

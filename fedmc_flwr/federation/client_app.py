@@ -33,13 +33,19 @@ from flwr.client import ClientApp, NumPyClient
 from flwr.common import Config, Scalar
 from omegaconf import OmegaConf
 
-from fedmc_flwr.config import ExperimentConfig
+from fedmc_flwr.config import (
+    ExperimentConfig,
+    FederationConfig,
+    active_regions,
+    join_round,
+    region_steps,
+)
 from fedmc_flwr.evaluation import EvalResult, evaluate
 from fedmc_flwr.federation import faults, wire
 from fedmc_flwr.federation.console import quiet_flower
 from fedmc_flwr.federation.wire import policy_name
 from fedmc_flwr.policies.checkpoints import round_file, saved_rounds
-from fedmc_flwr.policies.moments import MOMENT_ARRAYS
+from fedmc_flwr.policies.moments import MOMENT_ARRAYS, Moments
 from fedmc_flwr.policies.ppo import STATISTICS, PPOLearner
 from fedmc_flwr.seeds import learner_seed
 from fedmc_flwr.sim.signals import region_catalogue
@@ -79,20 +85,21 @@ def train_region(
     """One round of local PPO from the global `weights`; the learner's state carries over,
     and the round's means come back with each PPO update's diagnostics (`wire.updates_metrics`).
 
-    Round 1 starts a fresh learner (`forget_earlier_runs` has cleared the region's folder);
-    later rounds resume the newest state saved before this round (see the module
-    docstring), or start a fresh one if the region has none yet (it failed every round so
-    far, or its node is new).
+    The region's first round (round 1, or the round it joins in) starts a fresh learner
+    (`forget_earlier_runs` has cleared its folder); later rounds resume the newest state
+    saved before this round (see the module docstring), or start a fresh one if the region
+    has none yet (it failed every round so far, or its node is new). A fresh learner takes
+    the global weights and statistics: a late region starts where the federation is.
     """
     learner = PPOLearner(cfg, [region], seed=learner_seed(cfg.seed, region))
     folder = state_dir_of(state_dir, cfg, region)
     earlier = [r for r in saved_rounds(folder) if r < server_round] if server_round > 1 else []
     if earlier:
         learner.load(round_file(folder, earlier[-1]))
-    learner.set_weights(weights)
+    adopt_global(learner, weights, cfg.federation, has_own=bool(earlier))
     start = time.perf_counter()
     stats: dict[str, Scalar] = {
-        **learner.train_round(cfg.train.steps_per_round, proximal_mu=cfg.federation.proximal_mu),
+        **learner.train_round(region_steps(cfg, region), proximal_mu=cfg.federation.proximal_mu),
         **wire.updates_metrics(learner.updates),
     }
     stats["wall_time_s"] = time.perf_counter() - start
@@ -105,12 +112,47 @@ def train_region(
     return learner.get_update(), stats
 
 
-def evaluate_region(
-    cfg: ExperimentConfig, region: int, weights: Weights
-) -> tuple[EvalResult, float]:
-    """The global policy on the region's held-out seeds, and the seconds it took."""
-    learner = PPOLearner(cfg, [region], seed=learner_seed(cfg.seed, region))
+def adopt_global(
+    learner: PPOLearner,
+    weights: Weights,
+    federation: FederationConfig,
+    has_own: bool,
+    judging: bool = False,
+) -> None:
+    """The learner takes the global weights and statistics, but for what its region keeps
+    for itself: its own statistics (`personal_statistics`; none yet in its first round),
+    and, when it is judged, its own fine-tuned network and all (`fine_tuned`). `has_own`:
+    the learner holds the region's saved state."""
+    if judging and federation.fine_tuned and has_own:
+        return  # judged as it left its last local round
+    own = (learner.norm.total, learner.return_norm.total)
     learner.set_weights(weights)
+    if federation.personal_statistics:
+        if not has_own:
+            own = tuple(Moments.empty(len(m.mean)) for m in own)
+        learner.norm.start_from(own[0])
+        learner.return_norm.start_from(own[1])
+
+
+def evaluate_region(
+    cfg: ExperimentConfig,
+    region: int,
+    weights: Weights,
+    state_dir: Path | None = None,
+    server_round: int = 0,
+) -> tuple[EvalResult, float]:
+    """The region's policy on its held-out seeds, and the seconds it took: the global one,
+    but for what the region keeps for itself (`adopt_global`), read from its newest state
+    up to `server_round` under `state_dir` (None: the global policy as it is)."""
+    learner = PPOLearner(cfg, [region], seed=learner_seed(cfg.seed, region))
+    personal = cfg.federation.personal_statistics or cfg.federation.fine_tuned
+    saved = []
+    if personal and state_dir is not None:
+        folder = state_dir_of(state_dir, cfg, region)
+        saved = [r for r in saved_rounds(folder) if r <= server_round]
+    if saved:
+        learner.load(round_file(folder, saved[-1]))
+    adopt_global(learner, weights, cfg.federation, has_own=bool(saved), judging=True)
     name = policy_name(cfg.federation)
     start = time.perf_counter()
     result = evaluate(lambda sim: learner.policy(name), cfg, region)
@@ -133,19 +175,22 @@ class RegionClient(NumPyClient):
         self.num_partitions = num_partitions
         self.state_dir = state_dir
 
-    def _regions(self, cfg: ExperimentConfig) -> list[int]:
-        return wire.regions_of(self.partition, self.num_partitions, cfg.world.regions)
+    def _regions(self, cfg: ExperimentConfig, server_round: int) -> list[int]:
+        """This client's regions that have joined by `server_round`."""
+        joined = set(active_regions(cfg, server_round))
+        mine = wire.regions_of(self.partition, self.num_partitions, cfg.world.regions)
+        return [region for region in mine if region in joined]
 
     def fit(self, parameters: Weights, config: Config) -> tuple[Weights, int, dict[str, Scalar]]:
         cfg = experiment_from(config)
-        regions = self._regions(cfg)
+        server_round = int(config["server-round"])
+        regions = self._regions(cfg, server_round)
         weights: Weights = []
         metrics: dict[str, Scalar] = wire.covering(regions)
         steps = 0
-        server_round = int(config["server-round"])
         network_arrays = len(parameters) - len(STATISTICS) * MOMENT_ARRAYS
         for region in regions:
-            if server_round == 1:
+            if server_round == join_round(cfg, region):
                 forget_earlier_runs(self.state_dir, cfg, region)
             fault = faults.fault_for(cfg, region, server_round)
             faults.before_training(fault, cfg)
@@ -161,11 +206,12 @@ class RegionClient(NumPyClient):
 
     def evaluate(self, parameters: Weights, config: Config) -> tuple[float, int, dict[str, Scalar]]:
         cfg = experiment_from(config)
-        regions = self._regions(cfg)
+        server_round = int(config["server-round"])
+        regions = self._regions(cfg, server_round)
         metrics: dict[str, Scalar] = wire.covering(regions)
         rewards = []
         for region in regions:
-            result, wall = evaluate_region(cfg, region, parameters)
+            result, wall = evaluate_region(cfg, region, parameters, self.state_dir, server_round)
             rewards.append(result.per_seed_reward)
             metrics |= wire.pack(region, {**wire.eval_metrics(result), "wall_time_s": wall})
         loss = -float(np.mean(np.concatenate(rewards))) if rewards else 0.0

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from fedmc_flwr.federation.superlink import (
     RunError,
     flwr,
     free_port,
+    read_connection,
     start_superlink,
     write_connection,
 )
@@ -108,10 +110,20 @@ class DeploymentEngine:
     def client_state_dir(self, out: Path) -> str:
         return ""  # each SuperNode names its own
 
+    def node_count(self) -> int:
+        return self.nodes
+
     def start(
-        self, processes: FlowerProcesses, env: dict[str, str], home: Path, root: Path, out: Path
+        self,
+        processes: FlowerProcesses,
+        env: dict[str, str],
+        home: Path,
+        root: Path,
+        out: Path,
+        joins: Sequence[int],
     ) -> None:
-        """SuperLink, keys registered, SuperNodes started and online."""
+        """SuperLink, then the SuperNodes of round 1 (`joins[k]`: node k's round), their
+        keys registered, online. A later node starts in `join`."""
         tls = make_tls(home / "tls", ["127.0.0.1", "localhost"]) if self.tls else None
         connection = start_superlink(
             processes,
@@ -123,34 +135,53 @@ class DeploymentEngine:
             node_auth=self.node_auth,
         )
         write_connection(home, connection)
-        sites = out / NODES_DIR
-        started = []
-        for k in range(self.nodes):
-            key = None
-            if self.node_auth:
-                key = make_node_key(home / "keys", f"node-{k}")
-                flwr(["supernode", "register", str(key.public), CONNECTION], env, root)
-            log_file = sites / f"node-{k}.log"
-            config = node_config(k, self.nodes, sites / f"node-{k}")
-            started.append(
-                (
-                    start_supernode(
-                        processes,
-                        env,
-                        connection,
-                        config,
-                        sites / f"node-{k}",
-                        log_file,
-                        key.private if key else None,
-                    ),
-                    log_file,
-                )
-            )
+        first = [k for k in range(self.nodes) if joins[k] <= 1]
+        started = [self._start_node(processes, env, home, root, out, k) for k in first]
         deadline = time.monotonic() + ONLINE_TIMEOUT_S
-        while online_nodes(env, root) < self.nodes:
+        while online_nodes(env, root) < len(first):
             for node, log_file in started:
                 if node.poll() is not None:
                     raise RunError(f"a SuperNode exited with {node.returncode}; see {log_file}")
             if time.monotonic() > deadline:
                 raise RunError(f"SuperNodes not online within {ONLINE_TIMEOUT_S:.0f} s")
             time.sleep(POLL_S)
+
+    def join(
+        self,
+        processes: FlowerProcesses,
+        env: dict[str, str],
+        home: Path,
+        root: Path,
+        out: Path,
+        node: int,
+    ) -> None:
+        """SuperNode `node`, its key registered; the round it is due in waits for it."""
+        self._start_node(processes, env, home, root, out, node)
+
+    def _start_node(
+        self,
+        processes: FlowerProcesses,
+        env: dict[str, str],
+        home: Path,
+        root: Path,
+        out: Path,
+        k: int,
+    ) -> tuple[subprocess.Popen, Path]:
+        """SuperNode `k` (its key made and registered first), and its log file."""
+        key = None
+        if self.node_auth:
+            key = make_node_key(home / "keys", f"node-{k}")
+            flwr(["supernode", "register", str(key.public), CONNECTION], env, root)
+        sites = out / NODES_DIR
+        log_file = sites / f"node-{k}.log"
+        connection = read_connection(home)
+        node = start_supernode(
+            processes,
+            env,
+            connection,
+            node_config(k, self.nodes, sites / f"node-{k}"),
+            sites / f"node-{k}",
+            log_file,
+            key.private if key else None,
+        )
+        return node, log_file

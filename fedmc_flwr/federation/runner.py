@@ -30,7 +30,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,10 +41,10 @@ import pandas as pd
 
 from fedmc_flwr.analysis.plots import plot_metrics
 from fedmc_flwr.analysis.tables import PAIRED_BASELINES, format_table, paired_against
-from fedmc_flwr.config import ConfigError, ExperimentConfig, load_config, to_yaml
+from fedmc_flwr.config import ConfigError, ExperimentConfig, join_round, load_config, to_yaml
 from fedmc_flwr.federation.console import plain_env, relay
 from fedmc_flwr.federation.processes import FlowerProcesses, owner_token, stop_stale
-from fedmc_flwr.federation.recorder import STATUS_FILE
+from fedmc_flwr.federation.recorder import PROGRESS_FILE, STATUS_FILE
 from fedmc_flwr.federation.resume import resume_point
 from fedmc_flwr.federation.server_app import initial_weights
 from fedmc_flwr.federation.superlink import (
@@ -56,6 +56,7 @@ from fedmc_flwr.federation.superlink import (
     start_superlink,
     write_connection,
 )
+from fedmc_flwr.federation.wire import regions_of
 from fedmc_flwr.outputs import output_dir
 from fedmc_flwr.results import PER_SEED_FILE, experiment_path, holds_results, read_per_seed
 from fedmc_flwr.sim.world import warm_cache
@@ -102,10 +103,40 @@ class Engine(Protocol):
         """Run-config `client-state-dir`: where nodes without a `state-dir` of their own
         keep their regions' learners ("" for the node's working directory)."""
 
+    def node_count(self) -> int:
+        """The nodes the run's regions are shared over (client p serves p, p + n, ...)."""
+
     def start(
-        self, processes: FlowerProcesses, env: dict[str, str], home: Path, root: Path, out: Path
+        self,
+        processes: FlowerProcesses,
+        env: dict[str, str],
+        home: Path,
+        root: Path,
+        out: Path,
+        joins: Sequence[int],
     ) -> None:
-        """Start everything in `processes` and write the connection into `home`."""
+        """Start everything in `processes` that round 1 needs (`joins[k]`: the round node k
+        joins in) and write the connection into `home`."""
+
+    def join(
+        self,
+        processes: FlowerProcesses,
+        env: dict[str, str],
+        home: Path,
+        root: Path,
+        out: Path,
+        node: int,
+    ) -> None:
+        """Start node `node` mid-run, for the next round."""
+
+
+def node_joins(cfg: ExperimentConfig, nodes: int) -> list[int]:
+    """The round each of `nodes` nodes joins in: its earliest region's (1 for a node
+    serving no region)."""
+    return [
+        min((join_round(cfg, r) for r in regions_of(k, nodes, cfg.world.regions)), default=1)
+        for k in range(nodes)
+    ]
 
 
 @dataclass(frozen=True)
@@ -124,11 +155,33 @@ class SimulationEngine:
     def client_state_dir(self, out: Path) -> str:
         return str(out / "clients")
 
+    def node_count(self) -> int:
+        return self.supernodes
+
     def start(
-        self, processes: FlowerProcesses, env: dict[str, str], home: Path, root: Path, out: Path
+        self,
+        processes: FlowerProcesses,
+        env: dict[str, str],
+        home: Path,
+        root: Path,
+        out: Path,
+        joins: Sequence[int],
     ) -> None:
+        """The SuperLink; its virtual nodes all start with the run (a late region's node
+        serves it from its join round)."""
         connection = start_superlink(processes, env, root, home / "superlink.log", simulation=True)
         write_connection(home, connection)
+
+    def join(
+        self,
+        processes: FlowerProcesses,
+        env: dict[str, str],
+        home: Path,
+        root: Path,
+        out: Path,
+        node: int,
+    ) -> None:
+        """Nothing to start: every virtual node is there from round 1."""
 
 
 @contextmanager
@@ -156,15 +209,18 @@ def _final_status(
     processes: FlowerProcesses,
     stream: subprocess.Popen,
     deadline: float,
+    on_poll: Callable[[], None],
 ) -> str:
-    """Wait for the run to finish; return its status text from `flwr list`, or `deadline`
-    when the run's deadline (a `time.monotonic` value) passes first.
+    """Wait for the run to finish, calling `on_poll` every few seconds; return its status
+    text from `flwr list`, or `deadline` when the run's deadline (a `time.monotonic`
+    value) passes first.
 
     The log stream ends with the run, so `flwr list` (a whole CLI start each) is asked only
     then, and again every few seconds if the stream ended early (a lost connection).
     """
     while True:
         processes.refresh()
+        on_poll()
         if time.monotonic() > deadline:
             return "deadline"
         try:
@@ -228,6 +284,14 @@ def _failure(out: Path) -> str:
     return str(status.get("reason", "")) if status.get("state") == "failed" else ""
 
 
+def _completed_round(out: Path) -> int:
+    """The last round the run recorded as completed (0 before the first)."""
+    try:
+        return int(json.loads((out / PROGRESS_FILE).read_text())["completed_round"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+
+
 def _settle_existing(cfg: ExperimentConfig, out: Path, on_existing: str) -> int | None:
     """What an existing experiment means for this run: None to go on, or an exit code."""
     if on_existing == "refuse" and holds_results(out):
@@ -288,7 +352,18 @@ def run_federation(
         relaying: threading.Thread | None = None
         try:
             processes.guard()
-            engine.start(processes, env, home, root, out)
+            joins = node_joins(cfg, engine.node_count())
+            engine.start(processes, env, home, root, out, joins)
+            waiting = {k for k, due in enumerate(joins) if due > 1}
+
+            def start_due_nodes() -> None:
+                """Start each late node once the round before its own is done."""
+                done = _completed_round(out)
+                for node in sorted(k for k in waiting if joins[k] <= done + 1):
+                    print(f"fedmc: node {node} joins for round {joins[node]}", flush=True)
+                    engine.join(processes, env, home, root, out, node)
+                    waiting.discard(node)
+
             app = stage_app(root, home / "app-source")
             run_config = home / "run-config.toml"
             run_config.write_text(
@@ -298,6 +373,7 @@ def run_federation(
                 f"on-existing = {_toml_string(on_existing)}\n"
                 f"owner = {_toml_string(owner_token())}\n"
                 f"client-state-dir = {_toml_string(engine.client_state_dir(out))}\n"
+                f"node-joins = {_toml_string(' '.join(map(str, joins)) if waiting else '')}\n"
             )
             federation = engine.federation_config()
             started = flwr(
@@ -319,7 +395,7 @@ def run_federation(
                 flush=True,
             )
             stream, relaying = _stream_log(processes, run_id, env, root, tty)
-            status = _final_status(run_id, env, root, processes, stream, deadline)
+            status = _final_status(run_id, env, root, processes, stream, deadline, start_due_nodes)
         finally:
             processes.stop()
             if relaying is not None:

@@ -12,6 +12,8 @@ Run-config keys (`[tool.flwr.app.config]` in pyproject.toml, `--run-config` over
 | | stops when that process is gone; empty: no owner |
 | `client-state-dir` | where nodes without a `state-dir` node-config keep their regions' |
 | | learners; empty: `fedmc-state/` in each node's working directory (`client_app`) |
+| `node-joins` | space-separated round each node joins in, set by `fedmc deploy` when some |
+| | start mid-run (`federation.join_rounds`): a round waits for its nodes; empty: no wait |
 
 A relative `results_dir` is taken from the ServerApp's working directory, which is the
 directory the SuperLink was started from: for `flwr run .` from the project root (which
@@ -39,7 +41,7 @@ from flwr.common import Scalar
 from flwr.common.logger import log
 from flwr.server import ServerApp, ServerAppComponents, ServerConfig
 
-from fedmc_flwr.config import ExperimentConfig, load_config, to_yaml
+from fedmc_flwr.config import ExperimentConfig, join_round, load_config, to_yaml
 from fedmc_flwr.errors import InputError
 from fedmc_flwr.federation.console import quiet_flower
 from fedmc_flwr.federation.processes import token_alive
@@ -139,6 +141,8 @@ def server_fn(context: Context) -> ServerAppComponents:
         max_steps=cfg.ppo.num_envs * cfg.train.steps_per_round,
         first_round=done + 1,
         owner_alive=partial(token_alive, str(context.run_config.get("owner", ""))),
+        join_rounds=[join_round(cfg, r) for r in range(cfg.world.regions)],
+        node_joins=[int(k) for k in str(context.run_config.get("node-joins", "")).split()],
     )
     config = ServerConfig(
         num_rounds=cfg.train.rounds - done, round_timeout=cfg.federation.round_timeout_s

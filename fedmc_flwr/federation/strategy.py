@@ -14,6 +14,11 @@ The regions evaluate the global policy themselves; the strategy hands Flower no 
 it (Flower would print it as a "loss" history that is only the negative reward), and no
 centralised evaluation (`evaluate` returns None).
 
+A region that joins late (`federation.join_rounds`) is expected from its join round on:
+before it, no reply is missing for it. When the run names which round each node joins in
+(run-config `node-joins`, set by `fedmc deploy`), a round waits for the nodes joining by
+then to connect, so a SuperNode started mid-run serves its region from its first round.
+
 Rounds are numbered from `first_round`, so a resumed run continues its own numbering while
 Flower counts from 1 again. When `owner_alive` says the process that started the run is
 gone (a `fedmc run` killed outright), the strategy stops at the next step of a round instead
@@ -147,8 +152,14 @@ class RegionStrategy(Strategy):
         max_steps: int,
         first_round: int = 1,
         owner_alive: Callable[[], bool] = lambda: True,
+        join_rounds: Sequence[int] = (),
+        node_joins: Sequence[int] = (),
     ) -> None:
         self.weights = [np.asarray(a) for a in initial]
+        self.join_rounds = list(join_rounds) or [1] * num_regions
+        """The round each region joins in."""
+        self.node_joins = list(node_joins)
+        """The round each node joins in, where the run says (else no waiting for nodes)."""
         self.statistics = statistics
         self.federation = federation
         self.num_regions = num_regions
@@ -167,10 +178,27 @@ class RegionStrategy(Strategy):
     def initialize_parameters(self, client_manager: ClientManager) -> Parameters | None:
         return ndarrays_to_parameters(self.weights)
 
-    def _clients(self, client_manager: ClientManager) -> list[ClientProxy]:
-        """Every virtual client: each serves its share of the regions, so all are asked."""
+    def _active(self, server_round: int) -> list[int]:
+        """The regions that have joined by `server_round`."""
+        return [r for r, k in enumerate(self.join_rounds) if k <= server_round]
+
+    def _clients(self, client_manager: ClientManager, server_round: int) -> list[ClientProxy]:
+        """Every client: each serves its share of the regions, so all are asked. Nodes due
+        by this round (`node_joins`) get CLIENT_WAIT_S to connect; one that does not is
+        its regions' missing reply."""
         if not client_manager.wait_for(1, timeout=int(CLIENT_WAIT_S)):
             self._abort(f"no virtual client registered within {CLIENT_WAIT_S:.0f} s")
+        due = sum(1 for k in self.node_joins if k <= server_round)
+        if due > len(client_manager.all()) and not client_manager.wait_for(
+            due, timeout=int(CLIENT_WAIT_S)
+        ):
+            log(
+                WARNING,
+                "round %d: %d of %d nodes connected",
+                server_round,
+                len(client_manager.all()),
+                due,
+            )
         available = client_manager.all()
         return [available[cid] for cid in sorted(available)]
 
@@ -215,8 +243,9 @@ class RegionStrategy(Strategy):
     ) -> list[tuple[ClientProxy, FitIns]]:
         self._check_owner()
         self._started = time.perf_counter()
-        clients = self._clients(client_manager)
-        if server_round == 1 and len(clients) != self.num_regions:
+        rnd = self.offset + server_round
+        clients = self._clients(client_manager, rnd)
+        if server_round == 1 and not self.node_joins and len(clients) != self.num_regions:
             log(
                 WARNING,
                 "%d regions on %d virtual clients (client p serves regions p, p + %d, ...); "
@@ -226,7 +255,6 @@ class RegionStrategy(Strategy):
                 len(clients),
                 self.num_regions,
             )
-        rnd = self.offset + server_round
         ins = FitIns(parameters, self.instructions(rnd))
         return [(client, ins) for client in self._reporting(clients, rnd)]
 
@@ -239,7 +267,7 @@ class RegionStrategy(Strategy):
         self._check_owner()
         rnd = self.offset + server_round
         outcome = sort_out(
-            self.num_regions,
+            self._active(rnd),
             [(parameters_to_ndarrays(res.parameters), res.metrics) for _, res in results],
             self._reasons(failures),
             self.weights,
@@ -259,7 +287,8 @@ class RegionStrategy(Strategy):
         self._started = time.perf_counter()
         rnd = self.offset + server_round
         ins = EvaluateIns(parameters, self.instructions(rnd))
-        return [(client, ins) for client in self._reporting(self._clients(client_manager), rnd)]
+        clients = self._clients(client_manager, rnd)
+        return [(client, ins) for client in self._reporting(clients, rnd)]
 
     def aggregate_evaluate(
         self,
@@ -269,6 +298,7 @@ class RegionStrategy(Strategy):
     ) -> tuple[float | None, dict[str, Scalar]]:
         self._check_owner()
         rnd = self.offset + server_round
+        active = self._active(rnd)
         evals: dict[int, EvalResult] = {}
         failed: dict[int, str] = {}
         for _, res in results:
@@ -277,14 +307,14 @@ class RegionStrategy(Strategy):
             except ValueError:
                 continue
             for region in regions:
-                if not 0 <= region < self.num_regions or region in evals:
+                if region not in active or region in evals:
                     continue
                 try:
                     evals[region] = wire.eval_result(res.metrics, region)
                 except ValueError as exc:
                     failed[region] = f"unreadable evaluation: {exc}"
         why = missing_reason(self._reasons(failures))
-        for region in range(self.num_regions):
+        for region in active:
             if region not in evals:
                 failed.setdefault(region, why)
         self._require(rnd, "evaluation", len(evals), dict(sorted(failed.items())))

@@ -20,6 +20,7 @@ import ssl
 import subprocess
 import sys
 import time
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,6 +133,14 @@ def write_connection(home: Path, connection: Connection) -> None:
         f'[superlink]\ndefault = "{CONNECTION}"\n\n'
         f'[superlink.{CONNECTION}]\naddress = "{connection.address}"\n{security}'
     )
+
+
+def read_connection(home: Path) -> Connection:
+    """The connection `write_connection` put into `home` (a node started mid-run uses it)."""
+    entry = tomllib.loads((home / "config.toml").read_text())["superlink"][CONNECTION]
+    host, port = str(entry["address"]).rsplit(":", 1)
+    certificate = entry.get("root-certificates")
+    return Connection(host, int(port), Path(certificate) if certificate else None)
 
 
 def start_superlink(

@@ -28,10 +28,15 @@ UPDATES = "updates."
 
 def policy_name(federation: FederationConfig) -> str:
     """The learner's name in metrics.csv, from what its federation does: `ppo-fedavg`,
-    `ppo-shrink` (server shrink), `ppo-fedprox` (client proximal term) or both."""
+    `ppo-shrink` (server shrink), `ppo-fedprox` (client proximal term) or both, then what
+    each region keeps for itself: `-own-stats` (its statistics), `-fine-tuned` (judged
+    with its own network)."""
     client = ["fedprox"] if federation.proximal_mu > 0 else []
     server = ["shrink"] if federation.strategy == "shrink" else []
-    return "-".join(["ppo", *(client + server or ["fedavg"])])
+    personal = ["own-stats"] * federation.personal_statistics + [
+        "fine-tuned"
+    ] * federation.fine_tuned
+    return "-".join(["ppo", *(client + server or ["fedavg"]), *personal])
 
 
 def regions_of(partition: int, num_partitions: int, num_regions: int) -> list[int]:

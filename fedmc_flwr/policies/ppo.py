@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedmc_flwr.config import ExperimentConfig, PPOConfig, learner_world
+from fedmc_flwr.config import ExperimentConfig, PPOConfig, learner_world, planned_steps
 from fedmc_flwr.policies.flat_adam import FlatAdam
 from fedmc_flwr.policies.moments import MOMENT_ARRAYS, Moments
 from fedmc_flwr.policies.networks import ActorCritic, build_network
@@ -178,6 +178,13 @@ class PPOLearner:
         torch.set_num_threads(cfg.ppo.torch_threads)
         self.cfg = cfg
         self.ppo = cfg.ppo
+        self.planned = (
+            planned_steps(cfg, regions[0])
+            if len(regions) == 1
+            else cfg.train.rounds * cfg.train.steps_per_round
+        )
+        """Time steps per env the learner plans to take, which its learning rate anneals over:
+        a region's own (it may join late, or gather less per round) or the configured run."""
         ingress = np.array([regions[k % len(regions)] for k in range(cfg.ppo.num_envs)])
         self.sim = MultiCloudSim(learner_world(cfg.world, regions), cfg.reward, ingress)
         self.seed = seed
@@ -301,11 +308,10 @@ class PPOLearner:
         return out
 
     def _set_learning_rate(self, steps_done: int) -> None:
-        """CleanRL's linear decay to 0 over the run's planned steps per env, if enabled."""
+        """CleanRL's linear decay to 0 over the learner's planned steps per env, if enabled."""
         lr = self.ppo.learning_rate
         if self.ppo.anneal_lr:
-            planned = self.cfg.train.rounds * self.cfg.train.steps_per_round
-            lr *= max(0.0, 1.0 - steps_done / planned)
+            lr *= max(0.0, 1.0 - steps_done / self.planned)
         self.optimizer.lr = lr
 
     @torch.inference_mode()

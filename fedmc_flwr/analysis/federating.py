@@ -1,0 +1,200 @@
+"""What federating buys: the federated learner against local-only and centralised PPO, per
+setting, read from the sweeps' finished cells.
+
+Every federated variant of a sweep gets its row (FedAvg, and the personalised or proximal
+variants where the sweep has them): no variant is picked on the test worlds it is then
+reported on. A sweep whose experiment singles out one region (a region that joins late,
+`federation.join_rounds`, or one that gathers less experience per round,
+`train.step_share`) is judged on that region's test worlds alone: the federated policy it
+evaluates against the same region's local learner (same config: from scratch in its join
+round, on its own share of steps). For a late region three figures say whether joining
+pays: the paired difference at its first evaluation, and for each learner the rounds (and
+training seconds of that region) from joining until it beats SED on its worlds. Any other
+sweep is judged over every region at the last round, as its summary is. Every difference
+is paired per held-out world over the training seeds (`report.compare`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+
+from fedmc_flwr.analysis.report import collect, compare
+from fedmc_flwr.analysis.statistics import Estimate
+from fedmc_flwr.config import ExperimentConfig, join_round
+from fedmc_flwr.experiments.sweep import Sweep, complete_seeds, finished_frame
+from fedmc_flwr.sim.signals import region_catalogue
+
+LOCAL = "ppo-local"
+CENTRALISED = "ppo-centralised"
+REFERENCE = "sed"
+"""The dispatcher a late region's learners race to beat."""
+
+
+def watched_region(cfg: ExperimentConfig) -> int | None:
+    """The region a setting singles out: the first that joins late or trains on a smaller
+    share of steps; None when every region is alike in both."""
+    for region in range(cfg.world.regions):
+        late = join_round(cfg, region) > 1
+        poor = bool(cfg.train.step_share) and float(cfg.train.step_share[region]) < 1
+        if late or poor:
+            return region
+    return None
+
+
+@dataclass(frozen=True)
+class RaceToReference:
+    """How soon a learner of a late region beats `REFERENCE` on that region's worlds."""
+
+    rounds: int | None
+    """Rounds from joining (1: its first evaluation) until the paired difference's 95% CI
+    is above 0; None when it never is within the run."""
+    seconds: float | None
+    """That region's training seconds over those rounds, mean over training seeds."""
+
+
+@dataclass(frozen=True)
+class Gain:
+    """One row of "What federating buys"."""
+
+    setting: str
+    variant: str
+    """The federated variant judged."""
+    scope: str
+    """Which worlds: a region's name, or 'all regions'."""
+    seeds: list[int]
+    versus_local: Estimate | None
+    versus_centralised: Estimate | None
+    first_versus_local: Estimate | None = None
+    """A late region: federated minus local at its first evaluation."""
+    race: dict[str, RaceToReference] | None = None
+
+
+def _training_seconds(sweep: Sweep, variant: str, region: str, rounds: range) -> float:
+    """Mean over the variant's cells of `region`'s training wall time over `rounds`."""
+    totals = []
+    for cell in sweep.cells:
+        if cell.variant != variant:
+            continue
+        timing = pd.read_csv(cell.out_dir / "timing.csv")
+        mine = timing[
+            (timing["phase"] == "train")
+            & (timing["client"] == region)
+            & timing["round"].isin(list(rounds))
+        ]
+        totals.append(float(mine["wall_time_s"].sum()))
+    return sum(totals) / len(totals)
+
+
+def _versus(frame: pd.DataFrame, a: str, b: str, round_: int | None = None) -> Estimate | None:
+    """A - B in reward, paired per world over training seeds (None if either is absent)."""
+    policies = collect(frame, round_) if round_ is not None else collect(frame)
+    if a not in policies or b not in policies:
+        return None
+    compared = compare(policies[a], policies[b])
+    return compared[0] if compared else None
+
+
+def _race(
+    sweep: Sweep, frame: pd.DataFrame, variant: str, region: str, join: int, rounds: int
+) -> RaceToReference:
+    for rnd in range(join, rounds + 1):
+        estimate = _versus(frame, variant, REFERENCE, rnd)
+        if estimate is not None and estimate.low > 0:
+            seconds = _training_seconds(sweep, variant, region, range(join, rnd + 1))
+            return RaceToReference(rnd - join + 1, seconds)
+    return RaceToReference(None, None)
+
+
+def federating_gains(sweep: Sweep, federated: Sequence[str] | None = None) -> list[Gain]:
+    """The sweep's rows, one per federated variant (`federated`: those variants instead
+    of the sweep's federated ones), from the training seeds whose every cell is finished
+    (none when no seed is)."""
+    seeds = complete_seeds(sweep)
+    if federated is None:
+        federated = list(dict.fromkeys(c.variant for c in sweep.cells if c.kind == "federated"))
+    if not seeds or not federated:
+        return []
+    variants = {cell.variant for cell in sweep.cells}
+    frame = finished_frame(sweep, seeds)
+    cfg = sweep.cells[0].cfg
+    region = watched_region(cfg)
+    if region is None:
+        return [
+            Gain(
+                sweep.name,
+                variant,
+                "all regions",
+                seeds,
+                _versus(frame, variant, LOCAL),
+                _versus(frame, variant, CENTRALISED),
+            )
+            for variant in federated
+        ]
+    name = region_catalogue(cfg.world.regions)[region].name
+    mine = frame[frame["client"] == name]
+    join = join_round(cfg, region)
+    late = join > 1
+    gains = []
+    for variant in federated:
+        race = None
+        if late and LOCAL in variants:
+            race = {
+                v: _race(sweep, mine, v, name, join, cfg.train.rounds) for v in (variant, LOCAL)
+            }
+        gains.append(
+            Gain(
+                sweep.name,
+                variant,
+                name,
+                seeds,
+                _versus(mine, variant, LOCAL),
+                None,  # centralised PPO pools every region from round 1 (`experiments.training`)
+                _versus(mine, variant, LOCAL, join) if late else None,
+                race,
+            )
+        )
+    return gains
+
+
+def _difference(estimate: Estimate | None) -> str:
+    if estimate is None:
+        return "-"
+    return f"{estimate.mean:+.4f} ± {estimate.half_width:.4f} ({_verdict(estimate)})"
+
+
+def _verdict(estimate: Estimate) -> str:
+    return {"better": "pays", "worse": "costs"}.get(estimate.verdict(), "no difference at 95%")
+
+
+def _race_cell(race: RaceToReference | None) -> str:
+    if race is None:
+        return "-"
+    if race.rounds is None:
+        return "not within the run"
+    return f"{race.rounds} ({race.seconds:.0f} s)"
+
+
+def gains_table(gains: Sequence[Gain | tuple[str, str]]) -> str:
+    """The markdown table: one row per setting, or (setting, why it has no row) for one
+    not measured."""
+    header = (
+        "| setting | federated | judged on | seeds | federated - local "
+        "| federated - centralised | at first evaluation, federated - local "
+        "| rounds (s) to beat SED: federated | local |\n|---|---|---|---|---|---|---|---|---|\n"
+    )
+    lines = []
+    for gain in gains:
+        if isinstance(gain, tuple):
+            lines.append(f"| `{gain[0]}` | | {gain[1]} | | | | | | |")
+            continue
+        race = gain.race or {}
+        lines.append(
+            f"| `{gain.setting}` | `{gain.variant}` | {gain.scope} | {len(gain.seeds)} "
+            f"| {_difference(gain.versus_local)} | {_difference(gain.versus_centralised)} "
+            f"| {_difference(gain.first_versus_local)} "
+            f"| {_race_cell(race.get(gain.variant))} | {_race_cell(race.get(LOCAL))} |"
+        )
+    return header + "\n".join(lines) + "\n"
