@@ -10,9 +10,10 @@ with fewer than `federation.min_regions` healthy regions stops the run with a
 `RoundFailed` naming them. Each client is asked through a `ReportingProxy`, so the
 recorder hears of every reply as it arrives, not only when the round's last one is in.
 
-The regions evaluate the global policy themselves; the strategy hands Flower no loss for
-it (Flower would print it as a "loss" history that is only the negative reward), and no
-centralised evaluation (`evaluate` returns None).
+The regions evaluate the global policy themselves (with what each keeps for itself, under
+`federation.personal_statistics` or `fine_tuned`: `client_app.adopt_global`); the strategy
+hands Flower no loss for it (Flower would print it as a "loss" history that is only the
+negative reward), and no centralised evaluation (`evaluate` returns None).
 
 A region that joins late (`federation.join_rounds`) is expected from its join round on:
 before it, no reply is missing for it. When the run names which round each node joins in
