@@ -113,12 +113,15 @@ def test_a_client_leaves_its_late_region_out_until_it_joins_then_starts_it_from_
     assert wire.regions(metrics) == [0] and steps == cfg.ppo.num_envs * 32
     _, _, evaluated = client.evaluate(start, config)
     assert wire.regions(evaluated) == [0]
-    weights, steps, metrics = client.fit(weights, {**config, "server-round": 2})
+    global_weights = weights  # region 0's round stands in for the aggregate
+    _, steps, metrics = client.fit(global_weights, {**config, "server-round": 2})
     assert wire.regions(metrics) == [0, 1]
     assert wire.unpack(metrics, 1)["env_steps"] == cfg.ppo.num_envs * 16
     joined = PPOLearner(cfg, [1], seed=0)
     joined.load(tmp_path / "state" / cfg.name / "europe-west9" / "round_002.npz")
     assert joined.global_step == cfg.ppo.num_envs * 16  # a fresh learner, one round old
+    pooled = global_weights[len(joined.params)]  # the observation count the global held
+    assert pooled[0] > 0 and joined.norm.total.count == pooled[0] + joined.norm.fresh.count
 
 
 def test_local_learners_keep_their_regions_join_round_and_share(tmp_path) -> None:
