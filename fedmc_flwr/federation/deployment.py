@@ -29,6 +29,7 @@ from fedmc_flwr.federation.superlink import (
     BIN,
     CONNECTION,
     Connection,
+    Launch,
     RunError,
     flwr,
     free_port,
@@ -113,32 +114,24 @@ class DeploymentEngine:
     def node_count(self) -> int:
         return self.nodes
 
-    def start(
-        self,
-        processes: FlowerProcesses,
-        env: dict[str, str],
-        home: Path,
-        root: Path,
-        out: Path,
-        joins: Sequence[int],
-    ) -> None:
+    def start(self, launch: Launch, joins: Sequence[int]) -> None:
         """SuperLink, then the SuperNodes of round 1 (`joins[k]`: node k's round), their
         keys registered, online. A later node starts in `join`."""
-        tls = make_tls(home / "tls", ["127.0.0.1", "localhost"]) if self.tls else None
+        tls = make_tls(launch.home / "tls", ["127.0.0.1", "localhost"]) if self.tls else None
         connection = start_superlink(
-            processes,
-            env,
-            root,
-            home / "superlink.log",
+            launch.processes,
+            launch.env,
+            launch.root,
+            launch.home / "superlink.log",
             simulation=False,
             tls=tls,
             node_auth=self.node_auth,
         )
-        write_connection(home, connection)
+        write_connection(launch.home, connection)
         first = [k for k in range(self.nodes) if joins[k] <= 1]
-        started = [self._start_node(processes, env, home, root, out, k) for k in first]
+        started = [self._start_node(launch, k) for k in first]
         deadline = time.monotonic() + ONLINE_TIMEOUT_S
-        while online_nodes(env, root) < len(first):
+        while online_nodes(launch.env, launch.root) < len(first):
             for node, log_file in started:
                 if node.poll() is not None:
                     raise RunError(f"a SuperNode exited with {node.returncode}; see {log_file}")
@@ -146,38 +139,22 @@ class DeploymentEngine:
                 raise RunError(f"SuperNodes not online within {ONLINE_TIMEOUT_S:.0f} s")
             time.sleep(POLL_S)
 
-    def join(
-        self,
-        processes: FlowerProcesses,
-        env: dict[str, str],
-        home: Path,
-        root: Path,
-        out: Path,
-        node: int,
-    ) -> None:
+    def join(self, launch: Launch, node: int) -> None:
         """SuperNode `node`, its key registered; the round it is due in waits for it."""
-        self._start_node(processes, env, home, root, out, node)
+        self._start_node(launch, node)
 
-    def _start_node(
-        self,
-        processes: FlowerProcesses,
-        env: dict[str, str],
-        home: Path,
-        root: Path,
-        out: Path,
-        k: int,
-    ) -> tuple[subprocess.Popen, Path]:
+    def _start_node(self, launch: Launch, k: int) -> tuple[subprocess.Popen, Path]:
         """SuperNode `k` (its key made and registered first), and its log file."""
         key = None
         if self.node_auth:
-            key = make_node_key(home / "keys", f"node-{k}")
-            flwr(["supernode", "register", str(key.public), CONNECTION], env, root)
-        sites = out / NODES_DIR
+            key = make_node_key(launch.home / "keys", f"node-{k}")
+            flwr(["supernode", "register", str(key.public), CONNECTION], launch.env, launch.root)
+        sites = launch.out / NODES_DIR
         log_file = sites / f"node-{k}.log"
-        connection = read_connection(home)
+        connection = read_connection(launch.home)
         node = start_supernode(
-            processes,
-            env,
+            launch.processes,
+            launch.env,
             connection,
             node_config(k, self.nodes, sites / f"node-{k}"),
             sites / f"node-{k}",

@@ -50,6 +50,7 @@ from fedmc_flwr.federation.server_app import initial_weights
 from fedmc_flwr.federation.superlink import (
     BIN,
     CONNECTION,
+    Launch,
     RunError,
     flower_env,
     flwr,
@@ -106,27 +107,11 @@ class Engine(Protocol):
     def node_count(self) -> int:
         """The nodes the run's regions are shared over (client p serves p, p + n, ...)."""
 
-    def start(
-        self,
-        processes: FlowerProcesses,
-        env: dict[str, str],
-        home: Path,
-        root: Path,
-        out: Path,
-        joins: Sequence[int],
-    ) -> None:
-        """Start everything in `processes` that round 1 needs (`joins[k]`: the round node k
-        joins in) and write the connection into `home`."""
+    def start(self, launch: Launch, joins: Sequence[int]) -> None:
+        """Start everything round 1 needs into `launch.processes` (`joins[k]`: the round
+        node k joins in) and write the connection into `launch.home`."""
 
-    def join(
-        self,
-        processes: FlowerProcesses,
-        env: dict[str, str],
-        home: Path,
-        root: Path,
-        out: Path,
-        node: int,
-    ) -> None:
+    def join(self, launch: Launch, node: int) -> None:
         """Start node `node` mid-run, for the next round."""
 
 
@@ -158,29 +143,19 @@ class SimulationEngine:
     def node_count(self) -> int:
         return self.supernodes
 
-    def start(
-        self,
-        processes: FlowerProcesses,
-        env: dict[str, str],
-        home: Path,
-        root: Path,
-        out: Path,
-        joins: Sequence[int],
-    ) -> None:
+    def start(self, launch: Launch, joins: Sequence[int]) -> None:
         """The SuperLink; its virtual nodes all start with the run (a late region's node
         serves it from its join round)."""
-        connection = start_superlink(processes, env, root, home / "superlink.log", simulation=True)
-        write_connection(home, connection)
+        connection = start_superlink(
+            launch.processes,
+            launch.env,
+            launch.root,
+            launch.home / "superlink.log",
+            simulation=True,
+        )
+        write_connection(launch.home, connection)
 
-    def join(
-        self,
-        processes: FlowerProcesses,
-        env: dict[str, str],
-        home: Path,
-        root: Path,
-        out: Path,
-        node: int,
-    ) -> None:
+    def join(self, launch: Launch, node: int) -> None:
         """Nothing to start: every virtual node is there from round 1."""
 
 
@@ -353,7 +328,8 @@ def run_federation(
         try:
             processes.guard()
             joins = node_joins(cfg, engine.node_count())
-            engine.start(processes, env, home, root, out, joins)
+            launch = Launch(processes, env, home, root, out)
+            engine.start(launch, joins)
             waiting = {k for k, due in enumerate(joins) if due > 1}
 
             def start_due_nodes() -> None:
@@ -361,7 +337,7 @@ def run_federation(
                 done = _completed_round(out)
                 for node in sorted(k for k in waiting if joins[k] <= done + 1):
                     print(f"fedmc: node {node} joins for round {joins[node]}", flush=True)
-                    engine.join(processes, env, home, root, out, node)
+                    engine.join(launch, node)
                     waiting.discard(node)
 
             app = stage_app(root, home / "app-source")

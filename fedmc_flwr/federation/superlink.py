@@ -74,6 +74,19 @@ class Connection:
         return f"{self.host}:{self.port}"
 
 
+@dataclass(frozen=True)
+class Launch:
+    """Where an engine starts one run's processes: the run's process family (stopped by
+    PID at the end), their environment, the private Flower home, the project root they
+    start from, and the experiment directory."""
+
+    processes: FlowerProcesses
+    env: dict[str, str]
+    home: Path
+    root: Path
+    out: Path
+
+
 def ray_token(home: Path) -> Path:
     """A fresh random Ray token in `home`, readable by its owner only; its path.
 
