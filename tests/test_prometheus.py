@@ -3,6 +3,7 @@ adapter reads a cluster's series back through the server into signals the world 
 
 from __future__ import annotations
 
+import importlib
 import logging
 import socket
 import threading
@@ -315,8 +316,11 @@ def test_fedmc_run_passes_metrics_addr_to_the_exporter(tmp_path, monkeypatch) ->
         seen.append((port, addr))
         yield None
 
-    monkeypatch.setattr("fedmc_flwr.integrations.prometheus.exporting", exporting_spy)
-    monkeypatch.setattr("fedmc_flwr.federation.runner.run_federation", lambda *a, **k: 0)
+    # the modules `fedmc run` imports (sys.modules'), even if a test re-imported them
+    prometheus = importlib.import_module("fedmc_flwr.integrations.prometheus")
+    runner = importlib.import_module("fedmc_flwr.federation.runner")
+    monkeypatch.setattr(prometheus, "exporting", exporting_spy)
+    monkeypatch.setattr(runner, "run_federation", lambda *a, **k: 0)
     argv = ["run", "--set", f"results_dir={tmp_path}", "--metrics-port", "9"]
     assert main(argv) == 0 and main([*argv, "--metrics-addr", "0.0.0.0"]) == 0
     assert seen == [(9, "127.0.0.1"), (9, "0.0.0.0")]
