@@ -25,7 +25,7 @@ from pathlib import Path
 import psutil
 
 from fedmc_flwr.errors import InputError
-from fedmc_flwr.federation.recorder import write_json
+from fedmc_flwr.federation.run_files import write_json
 
 STOP_GRACE_S = 10.0
 _PR_SET_PDEATHSIG = 1

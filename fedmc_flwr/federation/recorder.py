@@ -23,8 +23,6 @@ simulation engine they are Ray actors, in the deployment engine processes on oth
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -34,6 +32,7 @@ from fedmc_flwr.config import ExperimentConfig
 from fedmc_flwr.evaluation import EvalResult, evaluate_dispatchers, per_seed_rows, summary_rows
 from fedmc_flwr.federation.aggregation import RegionUpdate, Weights
 from fedmc_flwr.federation.progress import RoundProgress
+from fedmc_flwr.federation.run_files import PROGRESS_FILE, STATUS_FILE, write_json
 from fedmc_flwr.federation.wire import policy_name, updates_of
 from fedmc_flwr.policies.checkpoints import round_checkpoint, write_weights
 from fedmc_flwr.policies.ppo import ROUND_METRICS
@@ -44,16 +43,6 @@ from fedmc_flwr.results import (
     MetricsWriter,
 )
 from fedmc_flwr.tracking import Board
-
-PROGRESS_FILE = "progress.json"
-STATUS_FILE = "status.json"
-
-
-def write_json(path: Path, value: object) -> None:
-    """`value` as JSON at `path`, replaced atomically (a reader never sees half a file)."""
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(value, sort_keys=True) + "\n")
-    os.replace(partial, path)
 
 
 def _train_mean(updates: Sequence[RegionUpdate]) -> dict[str, float]:

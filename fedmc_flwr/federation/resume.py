@@ -25,7 +25,7 @@ from omegaconf import OmegaConf
 
 from fedmc_flwr.errors import InputError
 from fedmc_flwr.federation.aggregation import Weights, check_update
-from fedmc_flwr.federation.recorder import PROGRESS_FILE
+from fedmc_flwr.federation.run_files import PROGRESS_FILE
 from fedmc_flwr.policies.checkpoints import CheckpointError, read_checkpoint, round_checkpoint
 from fedmc_flwr.results import PER_SEED_FILE, experiment_dir, holds_results, keep_rows
 

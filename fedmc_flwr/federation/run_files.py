@@ -1,0 +1,26 @@
+"""The files beside an experiment's results that say where its run stands: how far it got
+(`progress.json`), how it ended (`status.json`) and which processes it started (the
+registry), each replaced atomically.
+
+Why a module of its own: the run's guard process and `fedmc run` itself read and write
+them before anything else starts, and importing the recorder that fills them would cost
+each of them seconds of torch and scipy on a machine that is busy starting Flower and Ray.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+PROGRESS_FILE = "progress.json"
+STATUS_FILE = "status.json"
+REGISTRY = ".fedmc-run.json"
+"""The run's process family, in its experiment directory while it runs."""
+
+
+def write_json(path: Path, value: object) -> None:
+    """`value` as JSON at `path`, replaced atomically (a reader never sees half a file)."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(value, sort_keys=True) + "\n")
+    os.replace(partial, path)
