@@ -1,6 +1,7 @@
 # Every target creates .venv itself on first use, from the lock file: exact versions of
-# everything, torch's CPU build first from PyTorch's CPU wheel index (so that nothing can
-# pull a CUDA build), then the project itself without resolving anything again.
+# everything and nothing else (--no-deps: the lock is complete), torch's CPU build first
+# from PyTorch's CPU wheel index (so that nothing can pull a CUDA build), then the project
+# itself without resolving anything again.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -17,14 +18,20 @@ $(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet pip==26.3
 	$(BIN)/pip install --quiet --no-deps --extra-index-url $(TORCH_INDEX) $(TORCH)
-	$(BIN)/pip install --quiet -r $(LOCK)
+	$(BIN)/pip install --quiet --no-deps -r $(LOCK)
 	$(BIN)/pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
 # After changing dependencies in pyproject.toml: resolve them afresh and pin the result.
+# Left out: rfc3987-syntax (and lark, which only it needs), an optional IRI checker that
+# Jupyter's jsonschema[format-nongpl] asks for. Installed, jsonschema imports it, and it
+# builds Earley parsers for two seconds of CPU in every process that imports Ray: some ten
+# per Flower simulation run, 18 s of its start on two cores. Without it jsonschema skips
+# IRI formats, which nothing here validates.
+UNLOCKED := ^(rfc3987-syntax|lark)==
 lock: setup
 	$(BIN)/pip install --quiet -e ".[hooks,dev,bench]"
-	{ sed -n '1,3p' $(LOCK); $(BIN)/pip freeze --exclude-editable | grep -v '^#'; } > $(LOCK).new
+	{ sed -n '1,3p' $(LOCK); $(BIN)/pip freeze --exclude-editable | grep -v -E '^#|$(UNLOCKED)'; } > $(LOCK).new
 	mv $(LOCK).new $(LOCK)
 
 setup: $(STAMP)

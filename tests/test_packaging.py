@@ -247,3 +247,21 @@ def test_fedmc_export_without_onnx_prints_one_line_and_exits_1(
     err = capsys.readouterr().err
     assert code == 1 and err.count("\n") == 1, err
     assert err.startswith("fedmc export: exporting a policy needs onnx") and "[hooks]" in err
+
+
+def test_the_locked_environment_spares_every_ray_process_jsonschemas_iri_parsers() -> None:
+    """rfc3987-syntax builds Earley parsers (lark) for two seconds of CPU when jsonschema
+    imports it, in each of the ten or so processes a Flower simulation run starts that
+    import Ray. The lock leaves it out and `make setup` installs the lock alone."""
+    pinned = {
+        line.split("==")[0].lower()
+        for line in (REPO / "requirements.lock").read_text().splitlines()
+        if "==" in line
+    }
+    assert pinned.isdisjoint({"rfc3987-syntax", "lark"})
+    assert "jupyter-events" in pinned  # what asks for it (through jsonschema[format-nongpl])
+    probe = "import ray, sys; print(sorted({'rfc3987_syntax', 'lark'} & set(sys.modules)))"
+    imported = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert imported.stdout.strip() == "[]", "this environment was not built from the lock"
