@@ -44,8 +44,8 @@ from fedmc_flwr.analysis.tables import PAIRED_BASELINES, format_table, paired_ag
 from fedmc_flwr.config import ConfigError, ExperimentConfig, join_round, load_config, to_yaml
 from fedmc_flwr.federation.console import plain_env, relay
 from fedmc_flwr.federation.processes import FlowerProcesses, owner_token, stop_stale
-from fedmc_flwr.federation.recorder import PROGRESS_FILE, STATUS_FILE
 from fedmc_flwr.federation.resume import resume_point
+from fedmc_flwr.federation.run_files import PROGRESS_FILE, REGISTRY, STATUS_FILE
 from fedmc_flwr.federation.server_app import initial_weights
 from fedmc_flwr.federation.superlink import (
     BIN,
@@ -65,8 +65,6 @@ from fedmc_flwr.sim.world import warm_cache
 __all__ = ["RunError", "SimulationEngine", "run_federation"]
 
 POLL_S = 2.0
-REGISTRY = ".fedmc-run.json"
-"""The run's process family, in its experiment directory while it runs."""
 
 
 def stage_app(root: Path, dest: Path) -> Path:
@@ -159,18 +157,41 @@ class SimulationEngine:
         """Nothing to start: every virtual node is there from round 1."""
 
 
-@contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM unwinds like Ctrl-C, so the cleanup below runs for both."""
+class _StopRequest:
+    """Ctrl-C or SIGTERM, raised as KeyboardInterrupt and also remembered.
 
-    def handler(signum: int, frame: FrameType | None) -> None:
+    Why remembered: Python drops an exception raised while it runs some callbacks, and
+    logging's at-fork hook, which runs at every subprocess start, is one of them. A Ctrl-C
+    that lands there would be lost, and the run would go on to its end. The wait loop
+    raises it again (`check`), so every stop is honoured within one poll.
+    """
+
+    def __init__(self) -> None:
+        self.signalled = False
+
+    def handler(self, signum: int, frame: FrameType | None) -> None:
+        self.signalled = True
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    def check(self) -> None:
+        if self.signalled:
+            raise KeyboardInterrupt
+
+
+@contextmanager
+def _stop_requests() -> Iterator[_StopRequest]:
+    """SIGTERM unwinds like Ctrl-C, so the cleanup below runs for both. A SIGINT ignored
+    on entry (a shell's background job) stays ignored."""
+    request = _StopRequest()
+    signals = [signal.SIGTERM]
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signals.append(signal.SIGINT)
+    previous = {sig: signal.signal(sig, request.handler) for sig in signals}
     try:
-        yield
+        yield request
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _toml_string(value: str) -> str:
@@ -320,7 +341,7 @@ def run_federation(
     root = project_root()
     processes = FlowerProcesses(out / REGISTRY)
     deadline = time.monotonic() + (cfg.federation.deadline_s or float("inf"))
-    with tempfile.TemporaryDirectory(prefix="fedmc-flwr-") as tmp, _sigterm_as_interrupt():
+    with tempfile.TemporaryDirectory(prefix="fedmc-flwr-") as tmp, _stop_requests() as stop:
         home = Path(tmp)
         tty = sys.stdout.isatty()
         env = {**flower_env(home), **plain_env(tty)}
@@ -332,8 +353,10 @@ def run_federation(
             engine.start(launch, joins)
             waiting = {k for k, due in enumerate(joins) if due > 1}
 
-            def start_due_nodes() -> None:
-                """Start each late node once the round before its own is done."""
+            def between_polls() -> None:
+                """Honour a stop signal, and start each late node once the round before
+                its own is done."""
+                stop.check()
                 done = _completed_round(out)
                 for node in sorted(k for k in waiting if joins[k] <= done + 1):
                     print(f"fedmc: node {node} joins for round {joins[node]}", flush=True)
@@ -371,7 +394,7 @@ def run_federation(
                 flush=True,
             )
             stream, relaying = _stream_log(processes, run_id, env, root, tty)
-            status = _final_status(run_id, env, root, processes, stream, deadline, start_due_nodes)
+            status = _final_status(run_id, env, root, processes, stream, deadline, between_polls)
         finally:
             processes.stop()
             if relaying is not None:
