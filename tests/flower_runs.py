@@ -1,6 +1,7 @@
 """Real Flower runs for the tests: run_federation with a private Flower home, checked to
-leave no process behind, its console optionally redirected to a file; at most one run of
-the simulation engine at a time (`RAY_LOCK`); and what a run's processes listen on."""
+leave no process behind, its console optionally redirected to a file; one start of the
+simulation engine at a time (`RAY_LOCK`, `ray_start_slot`); and what a run's processes
+listen on."""
 
 from __future__ import annotations
 
@@ -9,25 +10,58 @@ import os
 import signal
 import subprocess
 import tempfile
+import threading
 import time
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import psutil
 from conftest import TINY
 from filelock import FileLock
 
+from fedmc_flwr.config import load_config
 from fedmc_flwr.experiments.sweep import _output_to
+from fedmc_flwr.federation.run_files import PROGRESS_FILE
 from fedmc_flwr.federation.runner import Engine, SimulationEngine, run_federation
 from fedmc_flwr.integrations.prometheus import is_loopback
+from fedmc_flwr.results import experiment_path
 
 RAY_LOCK = FileLock(Path(tempfile.gettempdir()) / "fedmc-flwr-tests-ray.lock")
-"""Held around every run of Flower's simulation engine a test starts (`run_isolated`
-takes it; a test that starts one as a child process holds it itself), so that no two
-Ray clusters start side by side, whichever pytest worker runs them: Ray gives a starting
-node 30 s to register with its GCS, which two clusters starting together on two cores
-can overrun. The deployment engine starts no Ray and runs beside them. One instance per
-process, so holding it again inside a test is free."""
+"""Held while a run of Flower's simulation engine starts, so that no two Ray clusters
+start side by side, whichever pytest worker runs them: Ray gives a starting node 30 s to
+register with its GCS, which two clusters starting together on two cores can overrun.
+`ray_start_slot` takes it for a run a test starts; a test whose child process runs
+several (the notebook) holds it throughout. The deployment engine starts no Ray and runs
+beside them."""
+SLOT_POLL_S = 0.5
+
+
+@contextmanager
+def ray_start_slot(progress: Path) -> Iterator[None]:
+    """Hold `RAY_LOCK` while the block's run starts: until its `progress` file (the
+    experiment's progress.json) is written, when round 1 is done and Ray long up, or until
+    the block ends. Another run's Ray then starts beside this one's training, not its start.
+
+    The lock is taken and released by a thread of its own, which watches the file."""
+    acquired, finished = threading.Event(), threading.Event()
+    before = progress.stat().st_mtime_ns if progress.exists() else None
+
+    def hold() -> None:
+        with RAY_LOCK:
+            acquired.set()
+            while not finished.wait(SLOT_POLL_S):
+                if progress.exists() and progress.stat().st_mtime_ns != before:
+                    return
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    acquired.wait()
+    try:
+        yield
+    finally:
+        finished.set()
+        holder.join()
 
 
 def processes_with_env(marker: str) -> list[int]:
@@ -60,8 +94,10 @@ def run_isolated(
     previous, tempfile.tempdir = tempfile.tempdir, str(homes)
     try:
         simulation = engine is None or isinstance(engine, SimulationEngine)
+        cfg = load_config(config, overrides)
+        progress = experiment_path(cfg.results_dir, cfg.name) / PROGRESS_FILE
         with (
-            RAY_LOCK if simulation else nullcontext(),
+            ray_start_slot(progress) if simulation else nullcontext(),
             _output_to(console) if console else nullcontext(),
         ):
             code = run_federation(config, overrides, supernodes, on_existing, engine)

@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from flower_runs import (
-    RAY_LOCK,
     TINY,
+    ray_start_slot,
     run_isolated,
     survivors_of_sigkill,
     watch_to_first_round,
@@ -120,7 +120,8 @@ def test_a_run_killed_outright_resumes_to_the_same_tables(runs: list[Path], tmp_
     out = tmp_path / "tiny_federation"
     command = [sys.executable, "-m", "fedmc_flwr.cli", "run", "--config", str(TINY)]
     command += ["--set", f"results_dir={tmp_path}"]
-    with RAY_LOCK, tempfile.TemporaryDirectory(dir="/tmp") as short:  # short Ray socket paths
+    short_ray_paths = tempfile.TemporaryDirectory(dir="/tmp")
+    with ray_start_slot(out / "progress.json"), short_ray_paths as short:
         marker = f"TMPDIR={short}"
         killed = subprocess.Popen(command, env={**os.environ, "TMPDIR": short})
         try:
@@ -131,7 +132,7 @@ def test_a_run_killed_outright_resumes_to_the_same_tables(runs: list[Path], tmp_
         finally:
             survivors = survivors_of_sigkill(killed, marker, REAP_WAIT_S)
         assert not survivors, f"alive {REAP_WAIT_S:g} s after the runner's SIGKILL: {survivors}"
-        assert run_isolated(homes, [f"results_dir={tmp_path}"], 2, on_existing="resume") == 0
+    assert run_isolated(homes, [f"results_dir={tmp_path}"], 2, on_existing="resume") == 0
     for table in ("metrics.csv", "per_seed.csv"):
         assert (out / table).read_bytes() == (runs[0] / table).read_bytes(), table
     for rnd in (1, 2):

@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import REPO, TINY
-from flower_runs import RAY_LOCK, processes_with_env
+from flower_runs import processes_with_env, ray_start_slot
 from flwr.app import Context, RecordDict
 from flwr.common.logger import log
 
@@ -221,14 +221,15 @@ def test_flwr_run_leaves_only_flowers_superlink_which_the_readme_command_stops(
     }
     marker = f"FLWR_HOME={home}"
     run_config = f"config='{TINY.relative_to(REPO)}' results-dir='{tmp_path / 'results'}'"
+    progress = tmp_path / "results" / "tiny_federation" / "progress.json"
     try:
-        with RAY_LOCK:
+        with ray_start_slot(progress):
             output, status = _run_and_status(run_config, env)
         assert status == "finished:completed", output
         assert (tmp_path / "results" / "tiny_federation" / "metrics.csv").is_file()
         assert _settled(marker, FLOWERS_OWN, 30) == []
 
-        with RAY_LOCK:
+        with ray_start_slot(progress):
             output, status = _run_and_status(run_config, env)
         assert status == "finished:failed", output
         (line,) = [ln for ln in output.splitlines() if "already holds results" in ln]
