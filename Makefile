@@ -54,12 +54,15 @@ plots: setup
 # default learner federated, centralised and local-only over training seeds 0-4
 # (default.yaml), the same on real datacentre workloads (trace_dc.yaml), each seed's
 # federated policy zero-shot on bigger estates (TRANSFERS),
-# the node scorer federated and centralised (node_scorer.yaml), and FedAvg against both
-# forms of FedProx on each non-IID setting (fedprox_*.yaml, 3 seeds each). Finished cells
+# the node scorer federated and centralised (node_scorer.yaml), a region that joins late
+# and one with a tenth of the steps (late_region.yaml, data_poor_region.yaml), and on each
+# non-IID setting FedAvg against both forms of FedProx (fedprox_*.yaml) and against the
+# two personalised variants, local-only and centralised (personal_*.yaml). Finished cells
 # are skipped, so an interrupted `make results` continues; `make report` summarises and
 # writes the docs again without running anything.
 SWEEPS ?= two_tier_tuning default trace_dc node_scorer late_region data_poor_region \
-	fedprox_balanced fedprox_busy_region fedprox_skewed_prices_carbon fedprox_outages
+	fedprox_balanced fedprox_busy_region fedprox_skewed_prices_carbon fedprox_outages \
+	personal_balanced personal_busy_region personal_skewed_prices_carbon personal_outages
 TRANSFERS ?= 10x20 20x50
 SEEDS ?= 0 1 2 3 4
 # Two cells at once fill a 2-core machine (a federated cell leaves one core idle half of

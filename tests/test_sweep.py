@@ -185,25 +185,32 @@ def test_shipped_sweeps_load() -> None:
         ("centralised", 0),
         ("centralised", 1),
     }
-    ablations = [load_sweep(path) for path in (CONF / "sweeps").glob("fedprox_*.yaml")]
-    assert {sweep.experiment.name for sweep in ablations} == {
-        f"noniid_{name}.yaml"
-        for name in ("balanced", "busy_region", "skewed_prices_carbon", "outages")
-    }
-    for sweep in ablations:
-        assert sweep.baseline == "ppo-fedavg" and len({c.seed for c in sweep.cells}) == 5
-        federation = [c.cfg.federation for c in sweep.cells if c.kind == "federated"]
-        forms = {
-            (f.strategy, f.proximal_mu, f.personal_statistics, f.fine_tuned) for f in federation
-        }
-        assert forms == {
+    settings = ("balanced", "busy_region", "skewed_prices_carbon", "outages")
+    forms = {
+        "fedprox": {
             ("fedavg", 0.0, False, False),
             ("shrink", 0.0, False, False),
             ("fedavg", 0.01, False, False),
+        },
+        "personal": {
+            ("fedavg", 0.0, False, False),
             ("fedavg", 0.0, True, False),
             ("fedavg", 0.0, False, True),
+        },
+    }
+    kinds = {"fedprox": {"federated"}, "personal": {"federated", "local", "centralised"}}
+    for question in forms:
+        sweeps = [load_sweep(p) for p in (CONF / "sweeps").glob(f"{question}_*.yaml")]
+        assert {sweep.experiment.name for sweep in sweeps} == {
+            f"noniid_{name}.yaml" for name in settings
         }
-        assert {c.kind for c in sweep.cells} == {"federated", "local", "centralised"}
+        for sweep in sweeps:
+            assert sweep.baseline == "ppo-fedavg" and len({c.seed for c in sweep.cells}) == 5
+            federation = [c.cfg.federation for c in sweep.cells if c.kind == "federated"]
+            assert {
+                (f.strategy, f.proximal_mu, f.personal_statistics, f.fine_tuned) for f in federation
+            } == forms[question]
+            assert {c.kind for c in sweep.cells} == kinds[question]
     for name in ("late_region", "data_poor_region"):
         sweep = load_sweep(CONF / "sweeps" / f"{name}.yaml")
         assert {(c.variant, c.kind) for c in sweep.cells} == {

@@ -39,10 +39,10 @@ HEADLINE = "default"
 BEGIN, END = "<!-- headline results: begin -->", "<!-- headline results: end -->"
 FEDERATING = (
     "default",
-    "fedprox_balanced",
-    "fedprox_busy_region",
-    "fedprox_skewed_prices_carbon",
-    "fedprox_outages",
+    "personal_balanced",
+    "personal_busy_region",
+    "personal_skewed_prices_carbon",
+    "personal_outages",
     "late_region",
     "data_poor_region",
 )
@@ -51,7 +51,7 @@ region and the data-poor region."""
 FEDERATING_INTRO = """## What federating buys
 
 Each row is one federated variant of one setting's sweep (FedAvg, and where the sweep
-has them the proximal and personalised variants) against the same setting's local-only learners
+has them the personalised variants) against the same setting's local-only learners
 (one per region, no aggregation) and centralised PPO (one learner on every region's
 worlds, the raw data pooled), at the last round, paired per test world over the training
 seeds. A late region (`federation.join_rounds`) and a data-poor one (`train.step_share`)
