@@ -22,7 +22,9 @@ $(STAMP): pyproject.toml $(LOCK)
 	$(BIN)/pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
-# After changing dependencies in pyproject.toml: resolve them afresh and pin the result.
+# After changing dependencies in pyproject.toml: resolve them afresh and pin the result,
+# setuptools too (--all), which --no-deps would otherwise leave at the venv's own, older
+# than the wheel's build needs (pip is pinned above).
 # Left out: rfc3987-syntax (and lark, which only it needs), an optional IRI checker that
 # Jupyter's jsonschema[format-nongpl] asks for. Installed, jsonschema imports it, and it
 # builds Earley parsers for two seconds of CPU in every process that imports Ray: some ten
@@ -31,7 +33,7 @@ $(STAMP): pyproject.toml $(LOCK)
 UNLOCKED := ^(rfc3987-syntax|lark)==
 lock: setup
 	$(BIN)/pip install --quiet -e ".[hooks,dev,bench]"
-	{ sed -n '1,3p' $(LOCK); $(BIN)/pip freeze --exclude-editable | grep -v -E '^#|$(UNLOCKED)'; } > $(LOCK).new
+	{ sed -n '1,3p' $(LOCK); $(BIN)/pip freeze --all --exclude-editable | grep -v -E '^#|^pip==|$(UNLOCKED)'; } > $(LOCK).new
 	mv $(LOCK).new $(LOCK)
 
 setup: $(STAMP)
