@@ -2,9 +2,9 @@
 (`progress.json`), how it ended (`status.json`) and which processes it started (the
 registry), each replaced atomically.
 
-Why a module of its own: the run's guard process and `fedmc run` itself read and write
-them before anything else starts, and importing the recorder that fills them would cost
-each of them seconds of torch and scipy on a machine that is busy starting Flower and Ray.
+Why a module of its own: the run's guard process writes nothing but reads the registry,
+and starts while the machine is busy starting Flower and Ray. Importing the recorder,
+which fills the other two, would cost it seconds of torch and scipy there.
 """
 
 from __future__ import annotations
