@@ -34,8 +34,6 @@ from fedmc_flwr.federation.superlink import (
     flwr,
     free_port,
     read_connection,
-    start_superlink,
-    write_connection,
 )
 
 NODES_DIR = "nodes"
@@ -118,16 +116,7 @@ class DeploymentEngine:
         """SuperLink, then the SuperNodes of round 1 (`joins[k]`: node k's round), their
         keys registered, online. A later node starts in `join`."""
         tls = make_tls(launch.home / "tls", ["127.0.0.1", "localhost"]) if self.tls else None
-        connection = start_superlink(
-            launch.processes,
-            launch.env,
-            launch.root,
-            launch.home / "superlink.log",
-            simulation=False,
-            tls=tls,
-            node_auth=self.node_auth,
-        )
-        write_connection(launch.home, connection)
+        launch.start_superlink(simulation=False, tls=tls, node_auth=self.node_auth)
         first = [k for k in range(self.nodes) if joins[k] <= 1]
         started = [self._start_node(launch, k) for k in first]
         deadline = time.monotonic() + ONLINE_TIMEOUT_S

@@ -54,8 +54,6 @@ from fedmc_flwr.federation.superlink import (
     RunError,
     flower_env,
     flwr,
-    start_superlink,
-    write_connection,
 )
 from fedmc_flwr.federation.wire import regions_of
 from fedmc_flwr.outputs import output_dir
@@ -144,14 +142,7 @@ class SimulationEngine:
     def start(self, launch: Launch, joins: Sequence[int]) -> None:
         """The SuperLink; its virtual nodes all start with the run (a late region's node
         serves it from its join round)."""
-        connection = start_superlink(
-            launch.processes,
-            launch.env,
-            launch.root,
-            launch.home / "superlink.log",
-            simulation=True,
-        )
-        write_connection(launch.home, connection)
+        launch.start_superlink(simulation=True)
 
     def join(self, launch: Launch, node: int) -> None:
         """Nothing to start: every virtual node is there from round 1."""

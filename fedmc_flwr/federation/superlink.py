@@ -86,6 +86,21 @@ class Launch:
     root: Path
     out: Path
 
+    def start_superlink(
+        self, *, simulation: bool, tls: TlsFiles | None = None, node_auth: bool = False
+    ) -> None:
+        """The run's SuperLink (`start_superlink`), made the private home's connection."""
+        connection = start_superlink(
+            self.processes,
+            self.env,
+            self.root,
+            self.home / "superlink.log",
+            simulation=simulation,
+            tls=tls,
+            node_auth=node_auth,
+        )
+        write_connection(self.home, connection)
+
 
 def ray_token(home: Path) -> Path:
     """A fresh random Ray token in `home`, readable by its owner only; its path.
