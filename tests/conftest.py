@@ -6,6 +6,7 @@ named from the repository root, never from the working directory."""
 
 from __future__ import annotations
 
+import csv
 import os
 import shutil
 from collections.abc import Callable
@@ -31,6 +32,31 @@ TINY_HETERO = REPO / "tests" / "conf" / "tiny_hetero.yaml"
 """TINY with three estates of different shapes (one two-tier network federates them)."""
 TINY_WORLD = ("world.regions=2", "world.nodes_per_region=2")
 """Overrides that shrink small_demo's estate to 2 regions x 2 nodes."""
+
+
+def csv_rows(path: Path) -> list[dict[str, str]]:
+    """A results table (metrics.csv, per_seed.csv, ...) as one dict per row, as written."""
+    with path.open() as handle:
+        return list(csv.DictReader(handle))
+
+
+def _file_tier(item: pytest.Item) -> int:
+    if item.get_closest_marker("flower"):
+        return 0
+    return 1 if item.get_closest_marker("slow") else 2
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files that start Flower first, then the other slow files, then the rest, each tier
+    in collection order and each file's tests in theirs. The workers take whole files in
+    this order (`--dist loadfile --no-loadscope-reorder`, the Makefile's), so the few long
+    files start early, beside each other and the many quick ones, instead of ending the
+    suite alone: xdist's own order puts the files with the most tests first, and those are
+    the quick ones."""
+    tiers: dict[Path, int] = {}
+    for item in items:
+        tiers[item.path] = min(tiers.get(item.path, 2), _file_tier(item))
+    items.sort(key=lambda item: tiers[item.path])
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ listens on must be loopback, and under the simulation engine Ray's GCS must refu
 client that does not hold the run's token (and answer one that does, so the refusal is
 the token's doing). Then the runner is killed outright (SIGKILL): within a short wait no
 process of its family may be left, Ray's helpers included. Here one `fedmc deploy`
-(SuperLink and SuperNodes) is watched; the `fedmc run` that test_federation kills after
+(SuperLink and SuperNodes) is watched; the `fedmc run` that test_kill_and_resume kills after
 round 1 (and resumes) is watched with the checks here. The token file itself is checked
 without Flower.
 """
@@ -74,7 +74,7 @@ def check_listeners(seen: dict[int, tuple[str, set[str]]], expected: set[str]) -
 @pytest.mark.flower
 @pytest.mark.slow
 def test_a_deployment_listens_on_loopback_and_dies_whole(tmp_path: Path) -> None:
-    """The simulation engine's run gets the same watch in test_federation's kill test."""
+    """The simulation engine's run gets the same watch in test_kill_and_resume."""
     command = [sys.executable, "-m", "fedmc_flwr.cli", "deploy", "--config", str(TINY)]
     command += ["--set", f"results_dir={tmp_path}", "--set", "train.rounds=6"]
     command += ["--insecure", "--no-node-auth"]
