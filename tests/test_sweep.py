@@ -5,10 +5,15 @@ federated path through Flower runs in the notebook test (conf/sweeps/tiny.yaml).
 from __future__ import annotations
 
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import psutil
 import pytest
 import yaml
 from conftest import CONF, TINY
@@ -109,6 +114,28 @@ def test_cells_run_two_at_once_give_the_same_results(swept: Path, tmp_path: Path
         assert (mine.out_dir / "per_seed.csv").read_bytes() == expected
         log = sweep.out_dir / "logs" / f"{mine.out_dir.name}.log"
         assert "held-out reward" in log.read_text()
+
+
+@pytest.mark.slow
+def test_a_sigterm_to_a_sweep_of_two_at_once_stops_both_cells(tmp_path: Path) -> None:
+    """Both workers are in a cell of many rounds when the sweep is told to stop: it exits
+    as interrupted, and none of its processes outlives it for more than a short wait."""
+    path = write_sweep(tmp_path, set=["train.rounds=200", "eval.seeds=3"])
+    logs = load_sweep(path).out_dir / "logs"
+    command = [sys.executable, "-m", "fedmc_flwr.cli", "sweep", "--config", str(path)]
+    sweeping = subprocess.Popen([*command, "--jobs", "2"], stderr=subprocess.PIPE, text=True)
+    started = time.monotonic()
+    while len(list(logs.glob("*.log"))) < 2:
+        assert sweeping.poll() is None, sweeping.stderr.read() if sweeping.stderr else ""
+        assert time.monotonic() - started < 120, "the two cells never started"
+        time.sleep(0.2)
+    family = psutil.Process(sweeping.pid).children(recursive=True)
+    assert len(family) >= 2
+    sweeping.send_signal(signal.SIGTERM)
+    assert sweeping.wait(timeout=60) == 130
+    assert "fedmc: interrupted" in (sweeping.stderr.read() if sweeping.stderr else "")
+    _, alive = psutil.wait_procs(family, timeout=10)
+    assert not alive, f"left running: {alive}"
 
 
 @pytest.mark.slow

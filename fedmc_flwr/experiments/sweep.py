@@ -26,6 +26,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import shutil
+import signal
 import sys
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -54,6 +55,7 @@ from fedmc_flwr.results import (
     read_per_seed,
     record_provenance,
 )
+from fedmc_flwr.stop_signals import stop_requests
 
 KINDS = ("federated", "centralised", "local")
 
@@ -272,7 +274,10 @@ def run_sweep(sweep: Sweep, progress: bool = True, jobs: int = 1) -> list[Cell]:
                 bar.update()
             return todo
         spawn = multiprocessing.get_context("spawn")  # no fork of torch's or numba's threads
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=spawn) as pool:
+        workers = ProcessPoolExecutor(
+            max_workers=jobs, mp_context=spawn, initializer=_leave_ctrl_c_to_the_sweep
+        )
+        with stop_requests(), workers as pool:
             running = {
                 pool.submit(_run_logged, cell, sweep.experiment, log(cell)): cell for cell in todo
             }
@@ -281,10 +286,29 @@ def run_sweep(sweep: Sweep, progress: bool = True, jobs: int = 1) -> list[Cell]:
                     future.result()
                     bar.set_description(f"{running[future].label} done")
                     bar.update()
-            except BaseException:
+            except KeyboardInterrupt:
+                _stop_cells(pool)
+                raise
+            except BaseException:  # a failed cell: the others running finish theirs
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
     return todo
+
+
+def _leave_ctrl_c_to_the_sweep() -> None:
+    """A worker ignores SIGINT, and so do the Flower processes its cell starts: a Ctrl-C
+    at the terminal reaches the sweep, which stops each cell once (`_stop_cells`). A
+    second signal landing in a cell's cleanup would cut it short."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _stop_cells(pool: ProcessPoolExecutor) -> None:
+    """Ctrl-C or SIGTERM to the sweep: SIGTERM to each worker, and wait for them. A
+    federated cell's runner then stops every Flower process it started; an in-process cell
+    ends with its worker. Either cell's half-written folder is run again next time."""
+    for worker in multiprocessing.active_children():
+        worker.terminate()
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def complete_seeds(sweep: Sweep) -> list[int]:

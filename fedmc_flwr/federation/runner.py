@@ -24,17 +24,14 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Protocol
 
 import pandas as pd
@@ -59,6 +56,7 @@ from fedmc_flwr.federation.wire import regions_of
 from fedmc_flwr.outputs import output_dir
 from fedmc_flwr.results import PER_SEED_FILE, experiment_path, holds_results, read_per_seed
 from fedmc_flwr.sim.world import warm_cache
+from fedmc_flwr.stop_signals import stop_requests
 
 __all__ = ["RunError", "SimulationEngine", "run_federation"]
 
@@ -146,43 +144,6 @@ class SimulationEngine:
 
     def join(self, launch: Launch, node: int) -> None:
         """Nothing to start: every virtual node is there from round 1."""
-
-
-class _StopRequest:
-    """Ctrl-C or SIGTERM, raised as KeyboardInterrupt and also remembered.
-
-    Why remembered: Python drops an exception raised while it runs some callbacks, and
-    logging's at-fork hook, which runs at every subprocess start, is one of them. A Ctrl-C
-    that lands there would be lost, and the run would go on to its end. The wait loop
-    raises it again (`check`), so every stop is honoured within one poll.
-    """
-
-    def __init__(self) -> None:
-        self.signalled = False
-
-    def handler(self, signum: int, frame: FrameType | None) -> None:
-        self.signalled = True
-        raise KeyboardInterrupt
-
-    def check(self) -> None:
-        if self.signalled:
-            raise KeyboardInterrupt
-
-
-@contextmanager
-def _stop_requests() -> Iterator[_StopRequest]:
-    """SIGTERM unwinds like Ctrl-C, so the cleanup below runs for both. A SIGINT ignored
-    on entry (a shell's background job) stays ignored."""
-    request = _StopRequest()
-    signals = [signal.SIGTERM]
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        signals.append(signal.SIGINT)
-    previous = {sig: signal.signal(sig, request.handler) for sig in signals}
-    try:
-        yield request
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def _toml_string(value: str) -> str:
@@ -332,7 +293,7 @@ def run_federation(
     root = project_root()
     processes = FlowerProcesses(out / REGISTRY)
     deadline = time.monotonic() + (cfg.federation.deadline_s or float("inf"))
-    with tempfile.TemporaryDirectory(prefix="fedmc-flwr-") as tmp, _stop_requests() as stop:
+    with tempfile.TemporaryDirectory(prefix="fedmc-flwr-") as tmp, stop_requests() as stop:
         home = Path(tmp)
         tty = sys.stdout.isatty()
         env = {**flower_env(home), **plain_env(tty)}
