@@ -27,6 +27,7 @@ from fedmc_flwr.config import ExperimentConfig, join_round
 from fedmc_flwr.experiments.sweep import Sweep, complete_seeds, finished_frame
 from fedmc_flwr.sim.signals import region_catalogue
 
+FEDAVG = "ppo-fedavg"
 LOCAL = "ppo-local"
 CENTRALISED = "ppo-centralised"
 REFERENCE = "sed"
@@ -198,3 +199,61 @@ def gains_table(gains: Sequence[Gain | tuple[str, str]]) -> str:
             f"| {_race_cell(race.get(gain.variant))} | {_race_cell(race.get(LOCAL))} |"
         )
     return header + "\n".join(lines) + "\n"
+
+
+def _pays(estimate: Estimate | None) -> bool:
+    return estimate is not None and estimate.verdict() == "better"
+
+
+NOTHING_TO_WIN_BACK = (
+    "averaging costs its regions nothing, so a personal variant has nothing to win back"
+)
+
+
+def _why_not(rows: Sequence[Gain]) -> str | None:
+    """Why no variant of one setting beats its local learners, read from its FedAvg row:
+    None when one does, or when the setting has no FedAvg row to read."""
+    if any(_pays(gain.versus_local) for gain in rows):
+        return None
+    fedavg = next((gain for gain in rows if gain.variant == FEDAVG), None)
+    if fedavg is None or fedavg.versus_local is None:
+        return None
+    versus_local = _difference(fedavg.versus_local)
+    if _pays(fedavg.first_versus_local):
+        cause = (
+            f"joining pays at its first evaluation, {_difference(fedavg.first_versus_local)}; "
+            f"by the last round its local learner has caught up, {versus_local}"
+        )
+    elif fedavg.versus_local.verdict() == "worse":
+        cause = (
+            f"its local learners beat FedAvg, {versus_local}: its regions want different "
+            "policies, and averaging pulls them toward one"
+        )
+    else:
+        cause = f"FedAvg ties its local learners, {versus_local}: {NOTHING_TO_WIN_BACK}"
+    others = [f"`{g.variant}` {_difference(g.versus_local)}" for g in rows if g is not fedavg]
+    also = f" Against local-only, {'; '.join(others)}." if others else ""
+    return f"- `{fedavg.setting}` ({fedavg.scope}): {cause}.{also}"
+
+
+def why_it_does_not_pay(gains: Sequence[Gain]) -> str:
+    """Markdown: a line per setting where no federated variant beats the local learners,
+    giving the setting's own evidence for why (nothing when every setting pays)."""
+    settings: dict[str, list[Gain]] = {}
+    for gain in gains:
+        settings.setdefault(gain.setting, []).append(gain)
+    lines = [line for rows in settings.values() if (line := _why_not(rows)) is not None]
+    if not lines:
+        return ""
+    shared = ""
+    if any(NOTHING_TO_WIN_BACK in line for line in lines):
+        shared = (
+            " Where FedAvg ties them, one network serves every region: each node's row of "
+            "the observation carries its region's price, carbon intensity and background "
+            "load (`fedmc_flwr/sim/layout.py`), so the network can tell the regions apart."
+        )
+    return (
+        "Where no federated variant beats the local learners, each setting's FedAvg row "
+        f"says why (federated minus local-only, at the last round unless stated).{shared}"
+        "\n\n" + "\n".join(lines) + "\n"
+    )

@@ -27,7 +27,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from fedmc_flwr.analysis.federating import federating_gains, gains_table
+from fedmc_flwr.analysis.federating import (
+    Gain,
+    federating_gains,
+    gains_table,
+    why_it_does_not_pay,
+)
 from fedmc_flwr.errors import InputError
 from fedmc_flwr.experiments.sweep import load_sweep
 from fedmc_flwr.results import read_provenance
@@ -129,13 +134,17 @@ def transfer_section(target: str, transfers_dir: Path = TRANSFERS_DIR) -> str:
 
 
 def federating_section(names: Sequence[str] = FEDERATING, sweeps_dir: Path = SWEEPS_DIR) -> str:
-    """ "What federating buys": a row per setting, or the command that would measure it."""
+    """ "What federating buys": a row per setting, or the command that would measure it,
+    and for each setting where federating does not pay, why (`why_it_does_not_pay`)."""
     rows: list = []
+    measured: list[Gain] = []
     for name in names:
         path = sweeps_dir / f"{name}.yaml"
         gains = federating_gains(load_sweep(path))
+        measured += gains
         rows += gains or [(name, f"not measured yet: `fedmc sweep --config {path}`")]
-    return FEDERATING_INTRO + "\n" + gains_table(rows)
+    reading = why_it_does_not_pay(measured)
+    return FEDERATING_INTRO + "\n" + gains_table(rows) + (f"\n{reading}" if reading else "")
 
 
 def write_results(

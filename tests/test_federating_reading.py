@@ -1,0 +1,39 @@
+""" "What federating buys" explains each setting where no federated variant beats the local
+learners, from that setting's own rows, and is silent where one does."""
+
+from __future__ import annotations
+
+from fedmc_flwr.analysis.federating import Gain, why_it_does_not_pay
+from fedmc_flwr.analysis.statistics import Estimate
+
+
+def _gain(setting: str, variant: str, versus_local: float, first: float | None = None) -> Gain:
+    """A row whose differences have a 95% half-width of 0.003."""
+    estimate = Estimate(versus_local, 0.003, 5)
+    first_estimate = Estimate(first, 0.003, 5) if first is not None else None
+    return Gain(setting, variant, "all regions", [0, 1, 2, 3, 4], estimate, None, first_estimate)
+
+
+def test_each_setting_that_does_not_pay_gets_its_own_reason() -> None:
+    reading = why_it_does_not_pay(
+        [
+            _gain("busy", "ppo-fedavg", -0.006),
+            _gain("busy", "ppo-fine-tuned", -0.004),
+            _gain("balanced", "ppo-fedavg", 0.001),
+            _gain("poor", "ppo-fedavg", 0.1),
+            _gain("late", "ppo-fedavg", -0.001, first=0.02),
+        ]
+    )
+    lines = reading.splitlines()[2:]
+    assert [line.split("`")[1] for line in lines] == ["busy", "balanced", "late"]
+    busy, balanced, late = lines
+    assert "local learners beat FedAvg, -0.0060 ± 0.0030 (costs)" in busy
+    assert "Against local-only, `ppo-fine-tuned` -0.0040 ± 0.0030 (costs)." in busy
+    assert "nothing to win back" in balanced and "Against local-only" not in balanced
+    assert "can tell the regions apart" in reading.splitlines()[0]
+    assert "joining pays at its first evaluation, +0.0200 ± 0.0030 (pays)" in late
+
+
+def test_a_personal_variant_that_pays_leaves_its_setting_unexplained() -> None:
+    gains = [_gain("busy", "ppo-fedavg", -0.006), _gain("busy", "ppo-fine-tuned", 0.01)]
+    assert why_it_does_not_pay(gains) == ""
