@@ -205,9 +205,7 @@ def _pays(estimate: Estimate | None) -> bool:
     return estimate is not None and estimate.verdict() == "better"
 
 
-NOTHING_TO_WIN_BACK = (
-    "averaging costs its regions nothing, so a personal variant has nothing to win back"
-)
+NOTHING_TO_WIN_BACK = "the sweeps find no cost of averaging for a personal variant to win back"
 
 
 def _why_not(rows: Sequence[Gain]) -> str | None:
