@@ -205,18 +205,17 @@ def _pays(estimate: Estimate | None) -> bool:
     return estimate is not None and estimate.verdict() == "better"
 
 
-NOTHING_TO_WIN_BACK = "the sweeps find no cost of averaging for a personal variant to win back"
-
-
-def _why_not(rows: Sequence[Gain]) -> str | None:
-    """Why no variant of one setting beats its local learners, read from its FedAvg row:
-    None when one does, or when the setting has no FedAvg row to read."""
+def _why_not(rows: Sequence[Gain]) -> tuple[str, bool] | None:
+    """Why no variant of one setting beats its local learners, read from its FedAvg row,
+    and whether FedAvg ties them: None when one does, or when the setting has no FedAvg
+    row to read."""
     if any(_pays(gain.versus_local) for gain in rows):
         return None
     fedavg = next((gain for gain in rows if gain.variant == FEDAVG), None)
     if fedavg is None or fedavg.versus_local is None:
         return None
     versus_local = _difference(fedavg.versus_local)
+    tie = False
     if _pays(fedavg.first_versus_local):
         cause = (
             f"joining pays at its first evaluation, {_difference(fedavg.first_versus_local)}; "
@@ -228,10 +227,14 @@ def _why_not(rows: Sequence[Gain]) -> str | None:
             "policies, and averaging pulls them toward one"
         )
     else:
-        cause = f"FedAvg ties its local learners, {versus_local}: {NOTHING_TO_WIN_BACK}"
+        tie = True
+        cause = (
+            f"FedAvg ties its local learners, {versus_local}: the sweeps find no cost of "
+            "averaging for a personal variant to win back"
+        )
     others = [f"`{g.variant}` {_difference(g.versus_local)}" for g in rows if g is not fedavg]
     also = f" Against local-only, {'; '.join(others)}." if others else ""
-    return f"- `{fedavg.setting}` ({fedavg.scope}): {cause}.{also}"
+    return f"- `{fedavg.setting}` ({fedavg.scope}): {cause}.{also}", tie
 
 
 def why_it_does_not_pay(gains: Sequence[Gain]) -> str:
@@ -240,11 +243,12 @@ def why_it_does_not_pay(gains: Sequence[Gain]) -> str:
     settings: dict[str, list[Gain]] = {}
     for gain in gains:
         settings.setdefault(gain.setting, []).append(gain)
-    lines = [line for rows in settings.values() if (line := _why_not(rows)) is not None]
-    if not lines:
+    reasons = [reason for rows in settings.values() if (reason := _why_not(rows)) is not None]
+    if not reasons:
         return ""
+    lines = [line for line, _ in reasons]
     shared = ""
-    if any(NOTHING_TO_WIN_BACK in line for line in lines):
+    if any(tie for _, tie in reasons):
         shared = (
             " Where FedAvg ties them, one network serves every region: each node's row of "
             "the observation carries its region's price, carbon intensity and background "
