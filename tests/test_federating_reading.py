@@ -3,15 +3,25 @@ learners, from that setting's own rows, and is silent where one does."""
 
 from __future__ import annotations
 
-from fedmc_flwr.analysis.federating import Gain, why_it_does_not_pay
+from fedmc_flwr.analysis.federating import Gain, RaceToReference, why_it_does_not_pay
 from fedmc_flwr.analysis.statistics import Estimate
 
 
-def _gain(setting: str, variant: str, versus_local: float, first: float | None = None) -> Gain:
+def _gain(
+    setting: str,
+    variant: str,
+    versus_local: float,
+    first: float | None = None,
+    race: dict[str, RaceToReference] | None = None,
+) -> Gain:
     """A row whose differences have a 95% half-width of 0.003."""
     estimate = Estimate(versus_local, 0.003, 5)
     first_estimate = Estimate(first, 0.003, 5) if first is not None else None
-    return Gain(setting, variant, "all regions", [0, 1, 2, 3, 4], estimate, None, first_estimate)
+    seeds = [0, 1, 2, 3, 4]
+    return Gain(setting, variant, "all regions", seeds, estimate, None, first_estimate, race)
+
+
+RACE = {"ppo-fedavg": RaceToReference(6, 57.0), "ppo-local": RaceToReference(4, 45.0)}
 
 
 def test_each_setting_that_does_not_pay_gets_its_own_reason() -> None:
@@ -21,7 +31,7 @@ def test_each_setting_that_does_not_pay_gets_its_own_reason() -> None:
             _gain("busy", "ppo-fine-tuned", -0.004),
             _gain("balanced", "ppo-fedavg", 0.001),
             _gain("poor", "ppo-fedavg", 0.1),
-            _gain("late", "ppo-fedavg", -0.001, first=0.02),
+            _gain("late", "ppo-fedavg", -0.001, first=0.02, race=RACE),
         ]
     )
     lines = reading.splitlines()[2:]
@@ -32,6 +42,16 @@ def test_each_setting_that_does_not_pay_gets_its_own_reason() -> None:
     assert "no cost of averaging" in balanced and "Against local-only" not in balanced
     assert "can tell the regions apart" in reading.splitlines()[0]
     assert "joining pays at its first evaluation, +0.0200 ± 0.0030 (pays)" in late
+    assert "the federated learner beats SED in 6 rounds, its local learner in 4 rounds" in late
+
+
+def test_a_late_region_that_never_beats_sed_says_so() -> None:
+    race = {"ppo-fedavg": RaceToReference(2, 10.0), "ppo-local": RaceToReference(None, None)}
+    reading = why_it_does_not_pay([_gain("late", "ppo-fedavg", 0.0, first=0.02, race=race)])
+    late = reading.splitlines()[-1]
+    assert late.endswith(
+        "the federated learner beats SED in 2 rounds, its local learner not within the run."
+    )
 
 
 def test_a_personal_variant_that_pays_leaves_its_setting_unexplained() -> None:

@@ -220,6 +220,7 @@ def _why_not(rows: Sequence[Gain]) -> tuple[str, bool] | None:
         cause = (
             f"joining pays at its first evaluation, {_difference(fedavg.first_versus_local)}; "
             f"by the last round its local learner has caught up, {versus_local}"
+            f"{_race_words(fedavg)}"
         )
     elif fedavg.versus_local.verdict() == "worse":
         cause = (
@@ -235,6 +236,21 @@ def _why_not(rows: Sequence[Gain]) -> tuple[str, bool] | None:
     others = [f"`{g.variant}` {_difference(g.versus_local)}" for g in rows if g is not fedavg]
     also = f" Against local-only, {'; '.join(others)}." if others else ""
     return f"- `{fedavg.setting}` ({fedavg.scope}): {cause}.{also}", tie
+
+
+def _race_words(gain: Gain) -> str:
+    """How soon each learner of a late region beats SED, as a clause ('' without a race)."""
+    if not gain.race or LOCAL not in gain.race:
+        return ""
+
+    def soon(race: RaceToReference) -> str:
+        return "not within the run" if race.rounds is None else f"in {race.rounds} rounds"
+
+    federated, local = gain.race[gain.variant], gain.race[LOCAL]
+    return (
+        f"; from joining, the federated learner beats {REFERENCE.upper()} {soon(federated)}, "
+        f"its local learner {soon(local)}"
+    )
 
 
 def why_it_does_not_pay(gains: Sequence[Gain]) -> str:
