@@ -1,10 +1,15 @@
-"""FlatAdam: torch's Adam over one flat buffer gives the per-tensor numbers bit for bit."""
+"""FlatAdam: torch's Adam over one flat buffer gives the per-tensor numbers bit for bit,
+without `torch.optim`'s import of `torch._dynamo`."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
+from conftest import REPO, TINY
 
 from fedmc_flwr.policies.flat_adam import FlatAdam
 from fedmc_flwr.policies.networks import build_network
@@ -88,3 +93,19 @@ def test_inconsistent_or_partial_saved_moments_are_refused() -> None:
     del state["adam.2.exp_avg_sq"]
     with pytest.raises(ValueError, match=r"lack \['adam.2.exp_avg_sq'\]"):
         optimizer.load_state(state)
+
+
+def test_a_training_round_in_a_fresh_process_never_imports_torch_dynamo() -> None:
+    """The point of taking Adam's step here: every process that trains (an actor, a
+    deployment-engine message) would otherwise import `torch._dynamo` at its first round."""
+    probe = (
+        "import sys\n"
+        "from fedmc_flwr.config import load_config\n"
+        "from fedmc_flwr.policies.ppo import PPOLearner\n"
+        f"cfg = load_config({str(TINY)!r})\n"
+        "PPOLearner(cfg, [0], seed=0).train_round(cfg.ppo.rollout_steps)\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False"]

@@ -7,6 +7,13 @@ moments), so running it once over a flat buffer that all the parameters view giv
 same numbers bit for bit, at the cost of one tensor's ops. The gradients are gathered into
 the buffer's gradient after they are clipped, which the learner does per tensor as before.
 
+The step is torch's own single-tensor Adam (`torch.optim.adam._single_tensor_adam`, no
+weight decay, no amsgrad), op for op, so the numbers are torch's bit for bit
+(tests/test_flat_adam.py checks them against `torch.optim.Adam`). It is written out rather
+than called because building any `torch.optim` optimizer imports `torch._dynamo`, about 4 s
+of CPU, which every process that trains would pay at its first round: each actor of a
+simulation run, and each training message of the deployment engine.
+
 The saved form stays per tensor (`adam.<i>.step`, `adam.<i>.exp_avg`, `adam.<i>.exp_avg_sq`),
 so a learner's state reads the same whichever way it was trained.
 """
@@ -20,12 +27,16 @@ import torch
 from torch import nn
 
 MOMENT_KEYS = ("step", "exp_avg", "exp_avg_sq")
+BETAS = (0.9, 0.999)
+"""torch's default Adam betas."""
 
 
 class FlatAdam:
     """torch.optim.Adam on one flat copy of `params`, which are rebound to view it."""
 
     def __init__(self, params: Sequence[nn.Parameter], lr: float, eps: float) -> None:
+        self.lr = lr
+        self._eps = eps
         self._params = list(params)
         self._flat = nn.Parameter(torch.cat([p.detach().reshape(-1) for p in self._params]))
         self._flat.grad = torch.zeros_like(self._flat)
@@ -37,21 +48,13 @@ class FlatAdam:
             # writes to the buffer in the parameter.
             p.data = self._flat.data[offset : offset + p.numel()].view_as(p)
             offset += p.numel()
-        self._adam = torch.optim.Adam([self._flat], lr=lr, eps=eps, foreach=False)
-
-    @property
-    def lr(self) -> float:
-        return float(self._adam.param_groups[0]["lr"])
-
-    @lr.setter
-    def lr(self, value: float) -> None:
-        self._adam.param_groups[0]["lr"] = value
+        self._moments: dict[str, torch.Tensor] = {}
+        """`MOMENT_KEYS`, over the flat buffer; empty until the first step, as torch's."""
 
     @property
     def updates(self) -> int:
         """Adam steps taken so far (0 before the first)."""
-        moments = self._adam.state.get(self._flat)
-        return int(moments["step"]) if moments else 0
+        return int(self._moments["step"]) if self._moments else 0
 
     def zero_grad(self) -> None:
         """Zero the parameters' own gradients in place (backward adds to them)."""
@@ -61,12 +64,28 @@ class FlatAdam:
 
     def step(self) -> None:
         """One Adam step from the parameters' current gradients."""
-        torch.cat([p.grad.reshape(-1) for p in self._params], out=self._flat.grad)
-        self._adam.step()
+        grad = self._flat.grad
+        torch.cat([p.grad.reshape(-1) for p in self._params], out=grad)
+        if not self._moments:
+            self._moments = {
+                "step": torch.tensor(0.0, dtype=torch.float32),
+                "exp_avg": torch.zeros_like(self._flat),
+                "exp_avg_sq": torch.zeros_like(self._flat),
+            }
+        beta1, beta2 = BETAS
+        step_t, exp_avg, exp_avg_sq = (self._moments[key] for key in MOMENT_KEYS)
+        with torch.no_grad():
+            step_t += 1
+            exp_avg.lerp_(grad, 1 - beta1)
+            exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+            step = step_t.item()
+            step_size = self.lr / (1 - beta1**step)
+            denom = (exp_avg_sq.sqrt() / (1 - beta2**step) ** 0.5).add_(self._eps)
+            self._flat.addcdiv_(exp_avg, denom, value=-step_size)
 
     def state(self) -> dict[str, np.ndarray]:
         """Per-parameter moments in the saved form; empty before the first step."""
-        moments = self._adam.state.get(self._flat)
+        moments = self._moments
         if not moments:
             return {}
         out: dict[str, np.ndarray] = {}
@@ -78,7 +97,7 @@ class FlatAdam:
 
     def load_state(self, state: Mapping[str, np.ndarray]) -> None:
         """Adopt saved per-parameter moments; without them, start Adam afresh."""
-        self._adam.state.clear()
+        self._moments = {}
         if "adam.0.step" not in state:
             return
         count = len(self._params)
@@ -97,4 +116,4 @@ class FlatAdam:
         for key in MOMENT_KEYS[1:]:
             parts = [np.asarray(state[f"adam.{i}.{key}"]).reshape(-1) for i in range(count)]
             moments[key] = torch.from_numpy(np.concatenate(parts))
-        self._adam.state[self._flat] = moments
+        self._moments = moments

@@ -23,7 +23,6 @@ of numpy arrays, so it can be saved with `np.savez` and read back without pickle
 from __future__ import annotations
 
 import copy
-import functools
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -201,6 +200,7 @@ class PPOLearner:
                 cfg.ppo.scorer_depth,
             )
         self.params = list(self.model.parameters())
+        self.optimizer = FlatAdam(self.params, lr=self.ppo.learning_rate, eps=1e-5)
         self.norm = ObservationNorm()
         self.return_norm = RunningNorm(1)
         self.discounted = np.zeros(cfg.ppo.num_envs)
@@ -213,13 +213,6 @@ class PPOLearner:
         self.global_step = 0
         self.updates: list[dict[str, float]] = []
         """The last train_round's PPO updates, in order (`UPDATE_METRICS` each)."""
-
-    @functools.cached_property
-    def optimizer(self) -> FlatAdam:
-        """Made on first use: building a torch optimizer imports torch._dynamo (about 3 s),
-        which a learner that only evaluates (a fresh process per message in Flower's
-        deployment engine) never needs."""
-        return FlatAdam(self.params, lr=self.ppo.learning_rate, eps=1e-5)
 
     # --- weights that travel ----------------------------------------------------------
 
