@@ -24,7 +24,7 @@ import psutil
 import pytest
 from flower_runs import TINY, beyond_loopback, survivors_of_sigkill, watch_to_first_round
 
-from fedmc_flwr.federation.superlink import RAY_ENV, flower_env
+from fedmc_flwr.federation.superlink import RAY_ENV, RAY_NO_IDLE_WORKERS, flower_env
 
 GCS_PROBE = "/ray.rpc.NodeInfoGcsService/GetClusterId"
 """A GCS call any Ray client makes first; an empty request is valid."""
@@ -103,6 +103,7 @@ def test_each_run_gets_a_fresh_private_ray_token(
         home.mkdir()
         env = flower_env(home)
         assert {key: env[key] for key in RAY_ENV} == RAY_ENV
+        assert env.items() >= RAY_NO_IDLE_WORKERS.items()
         assert "RAY_AUTH_TOKEN" not in env  # it would win over the run's own file
         path = Path(env["RAY_AUTH_TOKEN_PATH"])
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
@@ -119,12 +120,12 @@ def test_a_cluster_of_the_users_own_keeps_its_settings(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """RAY_ADDRESS joins a cluster someone started (README, "Scaling out"): its owner chose
-    its addresses and authentication, so the run adds neither."""
+    its addresses, authentication and workers, so the run adds none of its own."""
     monkeypatch.setenv("RAY_ADDRESS", "head:6379")
     monkeypatch.setenv("RAY_AUTH_TOKEN", "the cluster's")
     env = flower_env(tmp_path)
     added = set(env) - set(os.environ)
-    assert not added & set(RAY_ENV), added
+    assert not added & (set(RAY_ENV) | set(RAY_NO_IDLE_WORKERS)), added
     assert env["RAY_AUTH_TOKEN"] == "the cluster's"
     assert "RAY_AUTH_TOKEN_PATH" not in env
     assert not list(tmp_path.iterdir())

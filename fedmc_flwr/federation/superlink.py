@@ -50,6 +50,10 @@ node IP is loopback, and Flower's simulation engine offers no way to pass that I
 and binds every service there (the switch's name says Windows or macOS, but it is read on
 every platform). Token authentication on top refuses any local process that does not hold
 the run's token (`ray_token`), since loopback is open to every user of the machine."""
+RAY_NO_IDLE_WORKERS = {"RAY_prestart_worker_first_driver": "0"}
+"""Ray starts an idle worker per CPU when the first driver connects. Flower's actors carry
+a runtime environment of their own (the driver's PYTHONPATH), so Ray starts fresh workers
+for them, and the idle ones only cost their start: about 1 s of CPU each, every run."""
 RAY_TOKEN_FILE = "ray-auth-token"
 COLOUR_FORCING = ("FORCE_COLOR", "CLICOLOR_FORCE")
 """Set by Jupyter kernels; they make the `flwr` CLI colour its JSON output, which then does
@@ -116,12 +120,12 @@ def ray_token(home: Path) -> Path:
 
 
 def ray_settings(home: Path) -> dict[str, str]:
-    """Ray's environment for a run: loopback and a fresh token (`RAY_ENV`), unless
-    `RAY_ADDRESS` points the run at a cluster of the user's own (README, "Scaling out"),
-    whose addresses and authentication its owner set when starting it."""
+    """Ray's environment for a run: loopback and a fresh token (`RAY_ENV`), and no idle
+    workers (`RAY_NO_IDLE_WORKERS`), unless `RAY_ADDRESS` points the run at a cluster of
+    the user's own (README, "Scaling out"), whose settings its owner chose when starting it."""
     if os.environ.get("RAY_ADDRESS"):
         return {}
-    return {**RAY_ENV, "RAY_AUTH_TOKEN_PATH": str(ray_token(home))}
+    return {**RAY_ENV, **RAY_NO_IDLE_WORKERS, "RAY_AUTH_TOKEN_PATH": str(ray_token(home))}
 
 
 def flower_env(home: Path) -> dict[str, str]:
