@@ -36,7 +36,7 @@ TINY_WORLD = ("world.regions=2", "world.nodes_per_region=2")
 
 def csv_rows(path: Path) -> list[dict[str, str]]:
     """A results table (metrics.csv, per_seed.csv, ...) as one dict per row, as written."""
-    with path.open() as handle:
+    with path.open(newline="") as handle:
         return list(csv.DictReader(handle))
 
 

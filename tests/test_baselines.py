@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import csv
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import csv_rows
 
 from fedmc_flwr.analysis.tables import format_table
 from fedmc_flwr.config import ExperimentConfig
@@ -51,8 +51,7 @@ def test_run_baselines_writes_the_csv_and_prints_the_table(
 ) -> None:
     path = run_baselines(_tiny(small_demo, tmp_path))
     assert path == tmp_path.resolve() / "small_demo-baselines" / "baselines.csv"
-    with path.open() as handle:
-        rows = list(csv.DictReader(handle))
+    rows = csv_rows(path)
     assert tuple(rows[0]) == COLUMNS
     assert len(rows) == len(DISPATCHERS) * 4
     assert {(row["phase"], row["round"], row["experiment"]) for row in rows} == {

@@ -6,13 +6,12 @@ Flower run in which Multi-Krum turns a sign-flipped region away round after roun
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import TINY
+from conftest import TINY, csv_rows
 from flower_runs import run_isolated
 from flwr.common import Code, FitRes, Status, ndarrays_to_parameters
 
@@ -273,8 +272,7 @@ def test_a_real_run_turns_a_sign_flipped_region_away_with_multi_krum(tmp_path: P
     )
     (tmp_path / "home").mkdir()
     assert run_isolated(tmp_path / "home", [f"results_dir={tmp_path}"], 1, config=config) == 0
-    with (tmp_path / "krum_federation" / "metrics.csv").open() as handle:
-        rows = list(csv.DictReader(handle))
+    rows = csv_rows(tmp_path / "krum_federation" / "metrics.csv")
     names = [region.name for region in region_catalogue(3)]
     failed = {(r["round"], r["client"]): r["reason"] for r in rows if r["phase"] == "failed"}
     assert set(failed) == {("1", names[2]), ("2", names[2])}

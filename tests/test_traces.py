@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO, TINY
+from conftest import REPO, TINY, csv_rows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -318,8 +318,6 @@ def test_job_log_sizes_replace_the_drawn_ones() -> None:
 @pytest.mark.slow
 @pytest.mark.flower
 def test_a_federated_run_replays_the_traces(tmp_path: Path) -> None:
-    import csv
-
     from flower_runs import run_isolated
 
     (tmp_path / "home").mkdir()
@@ -332,8 +330,7 @@ def test_a_federated_run_replays_the_traces(tmp_path: Path) -> None:
         "world.trace_step_s=3600",
     ]
     assert run_isolated(tmp_path / "home", overrides, 2) == 0
-    with (tmp_path / "tiny_federation" / "metrics.csv").open() as handle:
-        rows = list(csv.DictReader(handle))
+    rows = csv_rows(tmp_path / "tiny_federation" / "metrics.csv")
     assert {r["round"] for r in rows if r["phase"] == "eval"} >= {"1", "2"}
     saved = load_config(tmp_path / "tiny_federation" / "config.yaml")  # what the run ran
     assert saved.world.rate_trace == ["alibaba2018", "azure_v2"]

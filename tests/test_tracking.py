@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import csv_rows
 from test_evaluation import tiny
 
 from fedmc_flwr.evaluation import evaluate
@@ -143,15 +144,8 @@ def test_a_federated_run_writes_the_regions_board(runs) -> None:
         rates = [v for _, v in board[region]["charts/learning_rate"]]
         assert rates == sorted(rates, reverse=True) and rates[0] > 0  # annealed
     rewards = dict(board["all"]["heldout/reward"])
-    metrics = [r for r in _csv(runs[0] / "metrics.csv") if r["phase"] == "eval"]
+    metrics = [r for r in csv_rows(runs[0] / "metrics.csv") if r["phase"] == "eval"]
     for row in metrics:
         if row["client"] == "all" and row["policy"].startswith("ppo"):
             step = steps[int(row["round"]) - 1]
             assert rewards[step] == pytest.approx(float(row["reward"]), rel=1e-6)
-
-
-def _csv(path) -> list[dict]:
-    import csv
-
-    with open(path, newline="") as handle:
-        return list(csv.DictReader(handle))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 
 import pytest
-from conftest import SMALL_DEMO, TINY_WORLD
+from conftest import SMALL_DEMO, TINY_WORLD, csv_rows
 from test_tracking import CLEANRL_TAGS, HELD_OUT_TAGS, read_board
 
 from fedmc_flwr.cli import main
@@ -44,18 +44,13 @@ def mine_all(rows: list[dict], policy: str, rnd: int) -> dict:
     )
 
 
-def read(path) -> list[dict]:
-    with open(path, newline="") as handle:
-        return list(csv.DictReader(handle))
-
-
 @pytest.mark.parametrize("mode", ["centralised", "local"])
 def test_train_writes_the_tidy_rows_and_checkpoints(tmp_path, mode: str) -> None:
     path = train(tiny(tmp_path), mode)
     assert path == tmp_path / f"tiny-{mode}" / "metrics.csv"
     with open(path, newline="") as handle:
         assert tuple(next(csv.reader(handle))) == COLUMNS
-    rows = read(path)
+    rows = csv_rows(path)
     policy = f"ppo-{mode}"
     train_clients = {"all"} if mode == "centralised" else {"us-east1", "europe-west9"}
     for rnd in ("1", "2"):
@@ -67,7 +62,7 @@ def test_train_writes_the_tidy_rows_and_checkpoints(tmp_path, mode: str) -> None
         mine = {r["client"]: r for r in evals if r["policy"] == policy}
         assert set(mine) == {"us-east1", "europe-west9", "all"}
         assert mine["all"]["seeds"] == "4" and float(mine["all"]["reward"]) < 0
-    timing = read(path.parent / "timing.csv")
+    timing = csv_rows(path.parent / "timing.csv")
     assert timing and set(timing[0]) == set(TIMING_COLUMNS)
     assert (path.parent / "config.yaml").is_file()
     checkpoints = sorted(p.name for p in (path.parent / "checkpoints").iterdir())
