@@ -10,9 +10,10 @@ the buffer's gradient after they are clipped, which the learner does per tensor 
 The step is torch's own single-tensor Adam (`torch.optim.adam._single_tensor_adam`, no
 weight decay, no amsgrad), op for op, so the numbers are torch's bit for bit
 (tests/test_flat_adam.py checks them against `torch.optim.Adam`). It is written out rather
-than called because building any `torch.optim` optimizer imports `torch._dynamo`, about 4 s
-of CPU, which every process that trains would pay at its first round: each actor of a
-simulation run, and each training message of the deployment engine.
+than called because building any `torch.optim` optimizer imports `torch._dynamo` (2 to 4 s
+of CPU: 4.4 s in a bare process, about 2 s in an actor that has Ray and Flower loaded),
+which every process that trains would pay at its first round: each actor of a simulation
+run, and each training message of the deployment engine.
 
 The saved form stays per tensor (`adam.<i>.step`, `adam.<i>.exp_avg`, `adam.<i>.exp_avg_sq`),
 so a learner's state reads the same whichever way it was trained.
