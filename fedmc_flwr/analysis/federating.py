@@ -32,6 +32,8 @@ LOCAL = "ppo-local"
 CENTRALISED = "ppo-centralised"
 REFERENCE = "sed"
 """The dispatcher a late region's learners race to beat."""
+NEVER = "not within the run"
+"""What a learner that never beats `REFERENCE` gets in the race's cells and words."""
 
 
 def watched_region(cfg: ExperimentConfig) -> int | None:
@@ -174,7 +176,7 @@ def _race_cell(race: RaceToReference | None) -> str:
     if race is None:
         return "-"
     if race.rounds is None:
-        return "not within the run"
+        return NEVER
     return f"{race.rounds} ({race.seconds:.0f} s)"
 
 
@@ -244,7 +246,7 @@ def _race_words(gain: Gain) -> str:
         return ""
 
     def soon(race: RaceToReference) -> str:
-        return "not within the run" if race.rounds is None else f"in {race.rounds} rounds"
+        return NEVER if race.rounds is None else f"in {race.rounds} rounds"
 
     federated, local = gain.race[gain.variant], gain.race[LOCAL]
     return (
