@@ -361,6 +361,27 @@ def test_reported_signals_are_a_source_the_world_replays() -> None:
     assert seen == {0, 1}
 
 
+def test_every_signal_source_gives_the_kernels_one_argument_type() -> None:
+    """Synthetic, trace-file and replayed worlds hand the kernels statics of one numba type
+    (dtypes and memory layouts alike), so that the kernels compile once for all of them
+    rather than once more, for some 40 s, per kind of world."""
+    import numba
+
+    from fedmc_flwr.config import RewardWeights
+    from fedmc_flwr.integrations.decisions import ReplayedSignals, Signals
+    from fedmc_flwr.sim.world import MultiCloudSim
+
+    replayed = ReplayedSignals(Signals(carbon=np.array([[100.0, 90.0], [300.0, 50.0]])), 0.5)
+    traced = load_config(REPO / "conf" / "trace_jobs.yaml")
+    worlds = [
+        MultiCloudSim(WorldConfig(regions=2), RewardWeights(), [0]),
+        MultiCloudSim(traced.world, traced.reward, [0]),
+        MultiCloudSim(WorldConfig(regions=2), RewardWeights(), [0], source=replayed),
+    ]
+    kinds = {str(numba.typeof(world._statics)) for world in worlds}
+    assert len(kinds) == 1, kinds
+
+
 def test_the_trace_dc_world_and_its_sweep_load() -> None:
     from fedmc_flwr.experiments.sweep import load_sweep
 

@@ -10,6 +10,7 @@ import pytest
 
 from fedmc_flwr.config import ExperimentConfig, WorldConfig
 from fedmc_flwr.policies.heuristics import RandomPolicy
+from fedmc_flwr.sim import kernel
 from fedmc_flwr.sim.world import METRIC_NAMES, MultiCloudSim
 
 LATENCY, COST, CARBON, ENERGY = (
@@ -147,6 +148,9 @@ def test_results_do_not_depend_on_the_thread_count(small_demo: ExperimentConfig)
     )
     for one, other in zip(serial, parallel, strict=True):
         np.testing.assert_array_equal(one, other)
+    # compiled here (not loaded from the cache), the per-env step has one signature: the
+    # prange index reaches it as int64 in both of numba's passes, not once as uint64 too
+    assert len(kernel._step_env_call.signatures) <= 1
 
 
 def test_get_state_set_state_resumes_bit_for_bit(small_demo: ExperimentConfig) -> None:

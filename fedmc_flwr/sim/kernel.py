@@ -784,10 +784,12 @@ def step_kernel_parallel(actions, state, out, statics):
     """`step_kernel` on `numba.set_num_threads` threads, for large batches.
 
     Each env touches only its own rows, so the result is the same bit for bit on any
-    number of threads.
+    number of threads. The env index is passed on as int64: numba types a `prange` index
+    as int64 while typing the loop and as uint64 while lowering it, and `_step_env_call`
+    would otherwise be compiled for both, doubling the kernel's compile time.
     """
     for b in prange(actions.shape[0]):
-        _step_env_call(b, actions, state, out, statics)
+        _step_env_call(np.int64(b), actions, state, out, statics)
 
 
 @njit(cache=True)
