@@ -28,6 +28,8 @@ SMALL_DEMO = CONF / "small_demo.yaml"
 TINY = REPO / "tests" / "conf" / "tiny_federation.yaml"
 """The smallest federated experiment (2 regions x 2 nodes, short rounds): what the tests
 run through Flower."""
+TINY_TRACED = REPO / "tests" / "conf" / "tiny_traced.yaml"
+"""TINY replaying real arrival and carbon traces: the suite's reference Flower run."""
 TINY_HETERO = REPO / "tests" / "conf" / "tiny_hetero.yaml"
 """TINY with three estates of different shapes (one two-tier network federates them)."""
 TINY_WORLD = ("world.regions=2", "world.nodes_per_region=2")
@@ -117,32 +119,32 @@ def rollout() -> Rollout:
 
 
 @pytest.fixture(scope="session")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    """The tiny experiment through Flower's simulation engine, twice: one virtual client
-    per region, then both regions on one client (shared by the federation and deployment
-    tests).
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """TINY_TRACED through Flower's simulation engine, one virtual client per region: the
+    reference run whose tables the other engines and a resumed run must reproduce (shared
+    by the federation, console, tracking, deployment and resume tests); its experiment
+    directory.
 
     Under pytest-xdist every worker has a session of its own; the first worker to ask makes
-    the runs in the temporary directory all workers share, under a file lock, and the
-    others wait for them rather than run Flower again."""
+    the run in the temporary directory all workers share, under a file lock, and the
+    others wait for it rather than run Flower again."""
     from flower_runs import run_isolated
 
     shared = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         shared = shared.parent  # the root every worker's base directory lies in
-    outs = [shared / f"runs-{supernodes}" / "results" / "tiny_federation" for supernodes in (2, 1)]
-    with FileLock(shared / "runs.lock"):
-        for supernodes, out in zip((2, 1), outs, strict=True):
-            results = out.parent
-            finished = results.parent / "finished"
-            if finished.exists():
-                continue
-            homes = results.parent / "home"
+    results = shared / "tiny-run" / "results"
+    out = results / "tiny_traced"
+    with FileLock(shared / "tiny-run.lock"):
+        finished = results.parent / "finished"
+        if not finished.exists():
             shutil.rmtree(results, ignore_errors=True)  # what a failed attempt left
+            homes = results.parent / "home"
             homes.mkdir(parents=True, exist_ok=True)
             console = results / "console.txt"  # what `fedmc run` printed (test_console)
-            overrides = [f"results_dir={results}"]
-            code = run_isolated(homes, overrides, supernodes, TINY, console=console)
+            code = run_isolated(
+                homes, [f"results_dir={results}"], 2, TINY_TRACED, console=console
+            )
             assert code == 0, console.read_text()[-4000:]
             finished.touch()
-    return outs
+    return out

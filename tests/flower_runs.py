@@ -1,7 +1,8 @@
 """Real Flower runs for the tests: run_federation with a private Flower home, checked to
 leave no process behind, its console optionally redirected to a file; one start of the
-simulation engine at a time (`RAY_LOCK`, `ray_start_slot`); and what a run's processes
-listen on."""
+simulation engine at a time (`RAY_LOCK`, `ray_start_slot`); and a run watched from
+outside: what its processes listen on (`ListenerWatch`, `check_listeners`), whether Ray
+refuses a client without the run's token, and what outlives a SIGKILL."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext, suppress
 from pathlib import Path
 
+import grpc
 import psutil
 from conftest import TINY
 from filelock import FileLock
@@ -124,6 +126,67 @@ def listening(pids: list[int]) -> dict[int, tuple[str, set[str]]]:
     return found
 
 
+class ListenerWatch:
+    """Every socket the processes of `marker` listen on, gathered over and over by a thread
+    of its own while the `with` block runs. A scan of a whole process family can take
+    seconds on a loaded machine; in a thread it never holds up the block, which can then
+    stop a run the moment it reaches a round."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+        self._seen: dict[int, tuple[str, set[str]]] = {}
+        self._commands: dict[int, str] = {}
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._scan, daemon=True)
+
+    def __enter__(self) -> ListenerWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _scan(self) -> None:
+        while not self._done.wait(0.2):
+            for pid, (name, ports) in listening(processes_with_env(self.marker)).items():
+                command = name
+                with suppress(psutil.Error):
+                    command = " ".join(psutil.Process(pid).cmdline())
+                with self._lock:
+                    self._seen.setdefault(pid, (name, set()))[1].update(ports)
+                    self._commands.setdefault(pid, command)
+
+    def commands(self) -> list[str]:
+        """The command line of every process seen, as it was when first seen."""
+        with self._lock:
+            return list(self._commands.values())
+
+    def seen(self) -> dict[int, tuple[str, set[str]]]:
+        """What was seen so far: pid -> (process name, every `ip:port` it listened on)."""
+        with self._lock:
+            return {pid: (name, set(ports)) for pid, (name, ports) in self._seen.items()}
+
+    def wait_for(self, name: str, runner: subprocess.Popen, wait_s: float = 600) -> None:
+        """Until a process called `name` was seen listening (the runner alive meanwhile)."""
+        deadline = time.monotonic() + wait_s
+        while not any(n == name and ports for n, ports in self.seen().values()):
+            assert runner.poll() is None, f"the run ended before {name} was seen listening"
+            assert time.monotonic() < deadline, f"no {name} listening within {wait_s:g} s"
+            time.sleep(0.2)
+
+
+def wait_for_round(runner: subprocess.Popen, progress: Path, wait_s: float = 600) -> None:
+    """Until `progress` (an experiment's progress.json) records a completed round, polled
+    often enough that the run can be stopped before its next round ends."""
+    deadline = time.monotonic() + wait_s
+    while not (progress.exists() and json.loads(progress.read_text())["completed_round"]):
+        assert runner.poll() is None, "the run ended before it completed a round"
+        assert time.monotonic() < deadline, f"no round completed within {wait_s:g} s"
+        time.sleep(0.1)
+
+
 def survivors_of_sigkill(runner: subprocess.Popen, marker: str, wait_s: float) -> list[str]:
     """SIGKILL `runner`; the processes of `marker` still alive `wait_s` later (killed
     then, so as not to leave them to the rest of the suite), as `name (pid)`."""
@@ -146,22 +209,6 @@ def survivors_of_sigkill(runner: subprocess.Popen, marker: str, wait_s: float) -
     return survivors
 
 
-def watch_to_first_round(
-    runner: subprocess.Popen, marker: str, progress: Path
-) -> dict[int, tuple[str, set[str]]]:
-    """Every socket the processes of `marker` listen on, from the start of `runner` until
-    `progress` says a round is complete (or the runner ends, or ten minutes pass)."""
-    seen: dict[int, tuple[str, set[str]]] = {}
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline and runner.poll() is None:
-        for pid, (name, ports) in listening(processes_with_env(marker)).items():
-            seen.setdefault(pid, (name, set()))[1].update(ports)
-        if progress.exists() and json.loads(progress.read_text())["completed_round"]:
-            break
-        time.sleep(0.5)
-    return seen
-
-
 def beyond_loopback(seen: dict[int, tuple[str, set[str]]]) -> set[str]:
     """The sockets in `seen` that listen on more than loopback."""
     return {
@@ -170,3 +217,41 @@ def beyond_loopback(seen: dict[int, tuple[str, set[str]]]) -> set[str]:
         for port in ports
         if not is_loopback(port.rsplit(":", 1)[0])
     }
+
+
+GCS_PROBE = "/ray.rpc.NodeInfoGcsService/GetClusterId"
+"""A GCS call any Ray client makes first; an empty request is valid."""
+REAP_WAIT_S = 20.0
+"""How long a killed runner's family may take to go."""
+
+
+def _gcs_answer(port: int, token: str | None) -> grpc.StatusCode:
+    """The status of one GCS call to 127.0.0.1:`port`, with `token` or without one."""
+    metadata = (("authorization", f"Bearer {token}"),) if token else ()
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        try:
+            channel.unary_unary(GCS_PROBE)(b"", metadata=metadata, timeout=10)
+        except grpc.RpcError as exc:
+            return exc.code()
+    return grpc.StatusCode.OK
+
+
+def check_ray_refuses_strangers(seen: dict[int, tuple[str, set[str]]]) -> None:
+    """Ray's GCS (seen listening, and still up) answers only the run's token."""
+    gcs = next(pid for pid, (name, _) in seen.items() if name == "gcs_server")
+    environ = psutil.Process(gcs).environ()
+    token = Path(environ["RAY_AUTH_TOKEN_PATH"]).read_text().strip()
+    for port in {int(p.rsplit(":", 1)[1]) for p in seen[gcs][1]}:
+        assert _gcs_answer(port, None) == grpc.StatusCode.UNAUTHENTICATED
+        assert _gcs_answer(port, "0" * len(token)) == grpc.StatusCode.UNAUTHENTICATED
+        assert _gcs_answer(port, token) == grpc.StatusCode.OK
+
+
+def check_listeners(seen: dict[int, tuple[str, set[str]]], expected: set[str]) -> None:
+    """`expected` processes (by name as the kernel shortens it) and the SuperLink were
+    seen listening, every one of them on loopback only."""
+    names = {name for name, ports in seen.values() if ports}
+    assert expected <= names, names
+    assert any(name.startswith("flower-superl") for name in names), names
+    wide = beyond_loopback(seen)
+    assert not wide, f"listening beyond loopback: {sorted(wide)}"

@@ -1,18 +1,16 @@
 """Hostile regions beyond a scaled update, without Flower: Multi-Krum's maths against a
 brute-force reading of its definition, the attacks it turns away (a sign-flipped update,
 a free rider) as `failed` rows with their reasons, and pooled normaliser statistics that
-one region's claimed moments (a huge count, a variance of 0) cannot ruin; and one real
-Flower run in which Multi-Krum turns a sign-flipped region away round after round."""
+one region's claimed moments (a huge count, a variance of 0) cannot ruin. A real Flower
+run in which Multi-Krum turns a sign-flipped region away round after round is in
+test_mixed_federation."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import TINY, csv_rows
-from flower_runs import run_isolated
 from flwr.common import Code, FitRes, Status, ndarrays_to_parameters
 
 from fedmc_flwr.config import ConfigError, FaultConfig, FederationConfig, load_config
@@ -31,7 +29,6 @@ from fedmc_flwr.federation.aggregation import (
 )
 from fedmc_flwr.federation.strategy import RegionStrategy
 from fedmc_flwr.policies.moments import Moments, pool
-from fedmc_flwr.sim.signals import region_catalogue
 
 KRUM = FederationConfig(aggregation="multi-krum", byzantine=1)
 DIM = 50
@@ -248,38 +245,3 @@ def test_multi_krum_needs_two_more_regions_than_it_assumes_hostile() -> None:
         load_config(small_demo, ["federation.aggregation=multi-krum", "federation.byzantine=2"])
     for kind in ("sign-flip", "free-rider", "statistics"):
         load_config(small_demo, [f"faults=[{{kind: {kind}, region: 1, round: 1}}]"])
-
-
-@pytest.mark.slow
-@pytest.mark.flower
-def test_a_real_run_turns_a_sign_flipped_region_away_with_multi_krum(tmp_path: Path) -> None:
-    """Through Flower's simulation engine: three regions, region 2 sending its update
-    sign-flipped x10 in both rounds. Each round records it as a `failed` row with Multi-Krum's
-    reason, trains on the other two, and the run completes."""
-    config = tmp_path / "krum_federation.yaml"
-    config.write_text(
-        json.dumps(
-            {
-                "inherits": str(TINY),
-                "name": "krum_federation",
-                "world": {"regions": 3},
-                "federation": {"aggregation": "multi-krum", "byzantine": 1},
-                "faults": [
-                    {"region": 2, "round": r, "kind": "sign-flip", "scale": 10.0} for r in (1, 2)
-                ],
-            }
-        )
-    )
-    (tmp_path / "home").mkdir()
-    assert run_isolated(tmp_path / "home", [f"results_dir={tmp_path}"], 1, config=config) == 0
-    rows = csv_rows(tmp_path / "krum_federation" / "metrics.csv")
-    names = [region.name for region in region_catalogue(3)]
-    failed = {(r["round"], r["client"]): r["reason"] for r in rows if r["phase"] == "failed"}
-    assert set(failed) == {("1", names[2]), ("2", names[2])}
-    for reason in failed.values():
-        assert reason.startswith("training: multi-krum: score"), reason
-        assert "federation.byzantine 1" in reason
-    for rnd in ("1", "2"):
-        trained = {r["client"] for r in rows if r["round"] == rnd and r["phase"] == "train"}
-        assert trained == {"all", names[0], names[1]}
-    assert {r["round"] for r in rows if r["phase"] == "eval"} >= {"2"}

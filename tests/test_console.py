@@ -135,11 +135,11 @@ def test_durations_read_as_a_person_says_them() -> None:
 
 @pytest.mark.flower
 def test_a_redirected_run_prints_no_colour_no_inapplicable_warning_one_line_per_round(
-    runs,
+    tiny_run,
 ) -> None:
     """What `fedmc run` printed for the tiny federation (2 rounds, 2 regions on 2 virtual
     clients), its output redirected to a file."""
-    raw = (runs[0].parent / "console.txt").read_bytes()
+    raw = (tiny_run.parent / "console.txt").read_bytes()
     assert b"\x1b" not in raw
     text = raw.decode()
     for phrase in NOT_APPLICABLE:

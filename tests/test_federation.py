@@ -1,10 +1,11 @@
-"""Real Flower simulation runs through `fedmc run`'s runner (about a minute each).
+"""The suite's reference Flower run (conftest's `tiny_run`: the tiny experiment replaying
+real traces, one virtual client per region) and what it writes, and a region's learner
+carried between rounds through its state file.
 
-The same tiny experiment runs twice: on one virtual client per region, then with both
-regions on one virtual client. The two metrics.csv files must be identical byte for
-byte: the run is deterministic, and how regions map onto clients does not change it.
-(test_kill_and_resume kills a third copy and resumes it; test_failing_regions runs
-regions that fail.)
+Its tables are the reference the other runs must reproduce byte for byte: the
+deployment engine's (test_deployment) and a killed run resumed on one virtual client
+serving both regions (test_kill_and_resume), so the run is deterministic whatever the
+engine and however regions map onto clients. test_failing_regions runs regions that fail.
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import TINY, csv_rows
-from flower_runs import run_isolated
+from conftest import REPO, TINY, TINY_TRACED, csv_rows
 
 from fedmc_flwr.config import load_config
 from fedmc_flwr.federation.client_app import train_region
+from fedmc_flwr.federation.runner import run_federation
 from fedmc_flwr.policies.heuristics import DISPATCHERS
 from fedmc_flwr.policies.ppo import PPOLearner
 from fedmc_flwr.results import COLUMNS, TIMING_COLUMNS
@@ -47,8 +48,8 @@ def test_a_region_resumes_its_learner_between_rounds(tmp_path: Path) -> None:
 
 
 @pytest.mark.flower
-def test_metrics_rows_of_a_real_run(runs: list[Path]) -> None:
-    out = runs[0]
+def test_metrics_rows_of_a_real_run(tiny_run: Path) -> None:
+    out = tiny_run
     assert tuple(csv_rows(out / "metrics.csv")[0]) == COLUMNS
     rows = csv_rows(out / "metrics.csv")
     for rnd in ("1", "2"):
@@ -66,7 +67,10 @@ def test_metrics_rows_of_a_real_run(runs: list[Path]) -> None:
     ppo_all = [r for r in rows if r["policy"] == "ppo-fedavg" and r["client"] == "all"]
     assert all(r["reward_ci95"] for r in ppo_all if r["phase"] == "eval")
     assert tuple(csv_rows(out / "timing.csv")[0]) == TIMING_COLUMNS
-    assert "name: tiny_federation" in (out / "config.yaml").read_text()
+    saved = load_config(out / "config.yaml")  # what the run ran: the traces it replayed
+    assert saved.name == "tiny_traced" and saved.world.arrivals == "trace"
+    assert saved.world.rate_trace == ["alibaba2018", "azure_v2"]
+    assert Path(saved.world.carbon_file) == REPO / "tests" / "data" / "em_carbon.csv"
     for rnd in (1, 2):
         with np.load(out / "checkpoints" / f"round_{rnd:03d}.npz", allow_pickle=False) as ckpt:
             assert all(np.isfinite(ckpt[k]).all() for k in ckpt.files)
@@ -83,16 +87,9 @@ def test_metrics_rows_of_a_real_run(runs: list[Path]) -> None:
     assert {r["round"] for r in per_seed if r["policy"] == "sed"} == {"0"}
 
 
-@pytest.mark.parametrize("table", ["metrics.csv", "per_seed.csv"])
 @pytest.mark.flower
-def test_same_config_and_seed_give_identical_metrics(runs: list[Path], table: str) -> None:
-    first, second = ((out / table).read_bytes() for out in runs)
-    assert first == second
-
-
-@pytest.mark.flower
-def test_a_rerun_refuses_to_overwrite(runs: list[Path], tmp_path: Path) -> None:
-    overrides = [f"results_dir={runs[0].parent}"]
-    before = (runs[0] / "metrics.csv").read_bytes()
-    assert run_isolated(tmp_path, overrides, 2) == 2
-    assert (runs[0] / "metrics.csv").read_bytes() == before
+def test_a_rerun_refuses_to_overwrite(tiny_run: Path) -> None:
+    """Refused before anything starts: no Flower process, the tables untouched."""
+    before = (tiny_run / "metrics.csv").read_bytes()
+    assert run_federation(TINY_TRACED, [f"results_dir={tiny_run.parent}"], 2) == 2
+    assert (tiny_run / "metrics.csv").read_bytes() == before

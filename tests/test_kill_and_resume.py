@@ -1,5 +1,7 @@
 """A run killed outright (SIGKILL) after its first round leaves no process behind, and
-`--resume` finishes it byte-identical to the uninterrupted tiny run (conftest's `runs`)."""
+`--resume` on one virtual client serving both regions finishes it byte-identical to the
+reference run (conftest's `tiny_run`, one virtual client per region): a resumed run is
+the same run, and how regions map onto clients changes nothing."""
 
 from __future__ import annotations
 
@@ -12,38 +14,54 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import TINY
-from flower_runs import ray_start_slot, run_isolated, survivors_of_sigkill, watch_to_first_round
-from test_security import REAP_WAIT_S, check_listeners, check_ray_refuses_strangers
+from conftest import TINY_TRACED
+from flower_runs import (
+    REAP_WAIT_S,
+    ListenerWatch,
+    check_listeners,
+    check_ray_refuses_strangers,
+    ray_start_slot,
+    run_isolated,
+    survivors_of_sigkill,
+    wait_for_round,
+)
 
 
 @pytest.mark.flower
-def test_a_run_killed_outright_resumes_to_the_same_tables(runs: list[Path], tmp_path: Path) -> None:
-    """`fedmc run` is watched (test_security's checks: loopback only, Ray locked) and
-    SIGKILLed right after round 1, leaving no process behind; `--resume` finishes it
-    byte-identical to an uninterrupted run."""
+def test_a_run_killed_outright_resumes_to_the_same_tables(tiny_run: Path, tmp_path: Path) -> None:
+    """`fedmc run` is watched from outside while it trains: every socket of its family on
+    loopback, Ray's GCS refusing a client without the run's token. It is SIGKILLed as soon
+    as round 1 is recorded, and nothing it started may outlive it; `--resume` then
+    finishes the run on one virtual client."""
     homes = tmp_path / "home"
     homes.mkdir()
-    out = tmp_path / "tiny_federation"
-    command = [sys.executable, "-m", "fedmc_flwr.cli", "run", "--config", str(TINY)]
+    out = tmp_path / "tiny_traced"
+    command = [sys.executable, "-m", "fedmc_flwr.cli", "run", "--config", str(TINY_TRACED)]
     command += ["--set", f"results_dir={tmp_path}"]
     short_ray_paths = tempfile.TemporaryDirectory(dir="/tmp")
     with ray_start_slot(out / "progress.json"), short_ray_paths as short:
         marker = f"TMPDIR={short}"
         killed = subprocess.Popen(command, env={**os.environ, "TMPDIR": short})
         try:
-            seen = watch_to_first_round(killed, marker, out / "progress.json")
-            assert json.loads((out / "progress.json").read_text())["completed_round"] == 1
-            check_listeners(seen, {"gcs_server", "raylet", "flwr-simulation"})
-            check_ray_refuses_strangers(seen)
+            with ListenerWatch(marker) as watch:
+                watch.wait_for("gcs_server", killed)
+                check_ray_refuses_strangers(watch.seen())
+                wait_for_round(killed, out / "progress.json")
+                survivors = survivors_of_sigkill(killed, marker, REAP_WAIT_S)
         finally:
-            survivors = survivors_of_sigkill(killed, marker, REAP_WAIT_S)
+            if killed.poll() is None:
+                survivors_of_sigkill(killed, marker, REAP_WAIT_S)
         assert not survivors, f"alive {REAP_WAIT_S:g} s after the runner's SIGKILL: {survivors}"
-    assert run_isolated(homes, [f"results_dir={tmp_path}"], 2, on_existing="resume") == 0
+        assert json.loads((out / "progress.json").read_text())["completed_round"] == 1
+        check_listeners(watch.seen(), {"gcs_server", "raylet", "flwr-simulation"})
+        commands = watch.commands()
+        assert any("ray::" in c or "dashboard/agent" in c for c in commands), commands
+    overrides = [f"results_dir={tmp_path}"]
+    assert run_isolated(homes, overrides, 1, TINY_TRACED, on_existing="resume") == 0
     for table in ("metrics.csv", "per_seed.csv"):
-        assert (out / table).read_bytes() == (runs[0] / table).read_bytes(), table
+        assert (out / table).read_bytes() == (tiny_run / table).read_bytes(), table
     for rnd in (1, 2):
         name = f"checkpoints/round_{rnd:03d}.npz"
-        with np.load(out / name) as mine, np.load(runs[0] / name) as reference:
+        with np.load(out / name) as mine, np.load(tiny_run / name) as reference:
             for key in reference.files:
                 np.testing.assert_array_equal(mine[key], reference[key])

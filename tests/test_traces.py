@@ -1,6 +1,7 @@
 """Trace-driven worlds: each reader on a small file of its format, each bad file through the
 command line (one line naming the file and the column, exit 2), the synthetic world
-unchanged, a trace world's rate following its series, and replay in a federated run."""
+unchanged, a trace world's rate following its series. The suite's reference Flower run
+replays traces in a federated run (conftest's `tiny_run`, tests/conf/tiny_traced.yaml)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO, TINY, csv_rows
+from conftest import REPO, TINY
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -313,28 +314,6 @@ def test_job_log_sizes_replace_the_drawn_ones() -> None:
         assert np.isin(np.round(sim.state.size, 12), np.round(allowed, 12)).all()
         np.testing.assert_array_equal(sim.state.declared, sim.state.size)  # declared exactly
         sim.step(sim.mask.argmax(axis=1))
-
-
-@pytest.mark.slow
-@pytest.mark.flower
-def test_a_federated_run_replays_the_traces(tmp_path: Path) -> None:
-    from flower_runs import run_isolated
-
-    (tmp_path / "home").mkdir()
-    overrides = [
-        f"results_dir={tmp_path}",
-        "world.arrivals=trace",
-        "world.rate_trace=[alibaba2018,azure_v2]",
-        f"world.carbon_file={DATA / 'em_carbon.csv'}",
-        "world.trace_regions=[US-CAR-SCEG,FR]",
-        "world.trace_step_s=3600",
-    ]
-    assert run_isolated(tmp_path / "home", overrides, 2) == 0
-    rows = csv_rows(tmp_path / "tiny_federation" / "metrics.csv")
-    assert {r["round"] for r in rows if r["phase"] == "eval"} >= {"1", "2"}
-    saved = load_config(tmp_path / "tiny_federation" / "config.yaml")  # what the run ran
-    assert saved.world.rate_trace == ["alibaba2018", "azure_v2"]
-    assert Path(saved.world.carbon_file) == DATA / "em_carbon.csv"
 
 
 def test_reported_signals_are_a_source_the_world_replays() -> None:

@@ -131,11 +131,11 @@ def test_the_recorder_logs_what_the_regions_report_and_a_resume_replaces_a_lost_
 
 
 @pytest.mark.flower
-def test_a_federated_run_writes_the_regions_board(runs) -> None:
+def test_a_federated_run_writes_the_regions_board(tiny_run) -> None:
     """The tiny federation (2 regions x 2 rounds, 2 PPO updates per region and round)."""
-    board = read_board(runs[0] / "tb")
+    board = read_board(tiny_run / "tb")
     assert set(board) == {"us-east1", "europe-west9", "all"}
-    per_seed = read_per_seed(runs[0] / "per_seed.csv")
+    per_seed = read_per_seed(tiny_run / "per_seed.csv")
     steps = sorted(set(per_seed.loc[per_seed["round"] > 0, "train_steps"]))
     for region in ("us-east1", "europe-west9"):
         assert set(board[region]) == HELD_OUT_TAGS | CLEANRL_TAGS
@@ -144,7 +144,7 @@ def test_a_federated_run_writes_the_regions_board(runs) -> None:
         rates = [v for _, v in board[region]["charts/learning_rate"]]
         assert rates == sorted(rates, reverse=True) and rates[0] > 0  # annealed
     rewards = dict(board["all"]["heldout/reward"])
-    metrics = [r for r in csv_rows(runs[0] / "metrics.csv") if r["phase"] == "eval"]
+    metrics = [r for r in csv_rows(tiny_run / "metrics.csv") if r["phase"] == "eval"]
     for row in metrics:
         if row["client"] == "all" and row["policy"].startswith("ppo"):
             step = steps[int(row["round"]) - 1]
