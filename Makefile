@@ -118,11 +118,12 @@ $(PLACEMENT_VENV)/.installed:
 placement: $(PLACEMENT_VENV)/.installed
 
 # Two pytest workers, each taking whole test files (so a module's fixtures run once), in
-# conftest's order: the files that start Flower first, so that the files that end the
-# suite are quick ones. The Flower tests spend much of their time waiting on processes
-# starting and stopping, so on two cores two workers finish sooner than one (a third
-# finishes no sooner: the Flower runs then contend for the cores). TEST_WORKERS=0 runs in
-# this process.
+# conftest's order: one worker runs the files of tests/simulation/ (those that start
+# Flower's simulation engine) one after another, while the other runs the deployment
+# engine's files and the CPU-bound ones; the quick files end the suite. The Flower tests spend much of their
+# time waiting on processes starting and stopping, so on two cores two workers finish
+# sooner than one (a third finishes no sooner: the Flower runs then contend for the
+# cores). TEST_WORKERS=0 runs in this process.
 TEST_WORKERS ?= 2
 PYTEST = $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from filelock import FileLock
+from xdist.scheduler import LoadFileScheduling
 
 from fedmc_flwr.config import ExperimentConfig, WorldConfig, load_config
 from fedmc_flwr.policies.base import Policy
@@ -42,23 +43,46 @@ def csv_rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
+SIMULATION = "tests/simulation/"
+"""Where the files live that start Flower's simulation engine or read its reference run
+(`tiny_run`), as test node ids begin."""
+
+
 def _file_tier(item: pytest.Item) -> int:
-    if item.get_closest_marker("flower"):
+    if item.nodeid.startswith(SIMULATION):
         return 0
-    return 1 if item.get_closest_marker("slow") else 2
+    if item.get_closest_marker("flower"):
+        return 1
+    return 2 if item.get_closest_marker("slow") else 3
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Files that start Flower first, then the other slow files, then the rest, each tier
-    in collection order and each file's tests in theirs. The workers take whole files in
-    this order (`--dist loadfile --no-loadscope-reorder`, the Makefile's), so the few long
-    files start early, beside each other and the many quick ones, instead of ending the
-    suite alone: xdist's own order puts the files with the most tests first, and those are
-    the quick ones."""
-    tiers: dict[Path, int] = {}
+    """The files under tests/simulation/ first, those that read the reference run
+    (`tiny_run`) leading, since the deployment engine's files compare with it; then the
+    other files that start Flower, then the other slow ones, then the rest; otherwise in
+    collection order, each file's tests in theirs. pytest-xdist hands out whole files in
+    this order (`SimulationTogether`, `--no-loadscope-reorder`), so the long files start
+    early, beside each other and the many quick ones, instead of ending the suite alone."""
+    order: dict[Path, tuple[int, int]] = {}
     for item in items:
-        tiers[item.path] = min(tiers.get(item.path, 2), _file_tier(item))
-    items.sort(key=lambda item: tiers[item.path])
+        tier = _file_tier(item), 0 if "tiny_run" in item.fixturenames else 1
+        order[item.path] = min(order.get(item.path, (3, 1)), tier)
+    items.sort(key=lambda item: order[item.path])
+
+
+class SimulationTogether(LoadFileScheduling):
+    """`--dist loadfile`, except that every file under tests/simulation/ is one unit, which
+    one worker runs from start to end. Ray's starts then never meet (`flower_runs.RAY_LOCK`
+    would leave the other worker waiting, idle); the other worker runs the deployment
+    engine's files and the CPU-bound ones beside them."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return SIMULATION if nodeid.startswith(SIMULATION) else super()._split_scope(nodeid)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> LoadFileScheduling | None:
+    """`SimulationTogether` for `--dist loadfile` (the Makefile's); xdist's own otherwise."""
+    return SimulationTogether(config, log) if config.getvalue("dist") == "loadfile" else None
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """A quiet console: no colour codes off a terminal, none of the Flower and Ray lines that do
-not apply here, one progress line per round and one as each region's reply arrives."""
+not apply here, one progress line per round and one as each region's reply arrives. What a
+real run printed is checked on the reference run (tests/simulation/test_reference_run.py)."""
 
 from __future__ import annotations
 
@@ -131,23 +132,3 @@ def test_durations_read_as_a_person_says_them() -> None:
         "3 min 20 s",
         "2 h 01 min",
     ]
-
-
-@pytest.mark.flower
-def test_a_redirected_run_prints_no_colour_no_inapplicable_warning_one_line_per_round(
-    tiny_run,
-) -> None:
-    """What `fedmc run` printed for the tiny federation (2 rounds, 2 regions on 2 virtual
-    clients), its output redirected to a file."""
-    raw = (tiny_run.parent / "console.txt").read_bytes()
-    assert b"\x1b" not in raw
-    text = raw.decode()
-    for phrase in NOT_APPLICABLE:
-        assert phrase not in text, phrase
-    rounds = [m.groups() for m in ROUND_LINE.finditer(text)]
-    assert rounds == [("1", "2"), ("2", "2")]
-    assert "about" in text.split("round 1/2 done", 1)[1].splitlines()[0]  # the time left
-    for rnd in (1, 2):
-        for region in ("us-east1", "europe-west9"):
-            for phase in ("trained", "evaluated"):
-                assert f"round {rnd}/2: {region} {phase} in " in text

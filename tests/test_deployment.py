@@ -62,14 +62,6 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return results / "tiny_traced"
 
 
-@pytest.mark.parametrize("table", ["metrics.csv", "per_seed.csv"])
-@pytest.mark.flower
-def test_deployment_gives_the_simulation_engines_tables(
-    deployed: Path, tiny_run: Path, table: str
-) -> None:
-    assert (deployed / table).read_bytes() == (tiny_run / table).read_bytes()
-
-
 @pytest.mark.flower
 def test_each_region_keeps_its_learner_on_its_own_node(deployed: Path) -> None:
     for node, region in enumerate(REGIONS):
@@ -78,6 +70,14 @@ def test_each_region_keeps_its_learner_on_its_own_node(deployed: Path) -> None:
         log = (deployed / "nodes" / f"node-{node}.log").read_text()
         assert "ROUND 2]" in log and "Sending: evaluate message" in log  # it served rounds
     assert not (deployed / "clients").exists()
+
+
+@pytest.mark.parametrize("table", ["metrics.csv", "per_seed.csv"])
+@pytest.mark.flower
+def test_deployment_gives_the_simulation_engines_tables(
+    deployed: Path, tiny_run: Path, table: str
+) -> None:
+    assert (deployed / table).read_bytes() == (tiny_run / table).read_bytes()
 
 
 @pytest.mark.flower

@@ -8,10 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import csv_rows
+from conftest import REPO, csv_rows
 from flower_runs import run_isolated
 
-FAULTY = Path(__file__).parent / "conf" / "faulty_federation.yaml"
+FAULTY = REPO / "tests" / "conf" / "faulty_federation.yaml"
 
 
 @pytest.mark.flower
