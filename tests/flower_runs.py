@@ -37,6 +37,8 @@ register with its GCS, which two clusters starting together on two cores can ove
 several (the notebook) holds it throughout. The deployment engine starts no Ray and runs
 beside them."""
 SLOT_POLL_S = 0.5
+SCAN_EVERY_S = 0.5
+"""Pause between two of `ListenerWatch`'s scans."""
 
 
 @contextmanager
@@ -149,7 +151,7 @@ class ListenerWatch:
         self._thread.join()
 
     def _scan(self) -> None:
-        while not self._done.wait(0.2):
+        while not self._done.wait(SCAN_EVERY_S):
             for pid, (name, ports) in listening(processes_with_env(self.marker)).items():
                 command = name
                 with suppress(psutil.Error):

@@ -4,8 +4,9 @@ The reference experiment (conftest's `tiny_run`) runs with one SuperLink and two
 SuperNodes, over TLS with a CA made for the run and only registered SuperNodes admitted.
 Its tables must equal the simulation engine's byte for byte (same config and seed), each
 region's learner state must live in its own SuperNode's folder, and nothing it started
-may outlive it. A `fedmc deploy` is watched from outside (every socket on loopback) and
-stopped with Ctrl-C. A SuperNode whose key was never registered must be refused.
+may outlive it; watched from outside, every process of its family listens on loopback
+only. A `fedmc deploy` stopped with Ctrl-C leaves nothing running. A SuperNode whose key
+was never registered must be refused.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from conftest import TINY_TRACED
@@ -29,7 +31,6 @@ from flower_runs import (
     check_listeners,
     processes_with_env,
     run_isolated,
-    wait_for_round,
 )
 
 from fedmc_flwr.federation.client_app import state_root
@@ -52,48 +53,60 @@ from fedmc_flwr.federation.superlink import (
 REGIONS = ("us-east1", "europe-west9")
 
 
+class Deployed(NamedTuple):
+    out: Path
+    """The experiment directory."""
+    listeners: dict[int, tuple[str, set[str]]]
+    """Every socket a process of the run's family listened on (`ListenerWatch`)."""
+
+
 @pytest.fixture(scope="module")
-def deployed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def deployed(tmp_path_factory: pytest.TempPathFactory) -> Deployed:
+    """The reference experiment through the deployment engine, TLS and SuperNode
+    authentication on, watched from outside while it runs."""
     results = tmp_path_factory.mktemp("deployed")
     homes = tmp_path_factory.mktemp("deploy-home")
     engine = DeploymentEngine(2, tls=True, node_auth=True)
     overrides = [f"results_dir={results}"]
-    assert run_isolated(homes, overrides, None, TINY_TRACED, engine=engine) == 0
-    return results / "tiny_traced"
+    with ListenerWatch(f"FLWR_HOME={homes}") as watch:
+        assert run_isolated(homes, overrides, None, TINY_TRACED, engine=engine) == 0
+    return Deployed(results / "tiny_traced", watch.seen())
 
 
 @pytest.mark.flower
-def test_each_region_keeps_its_learner_on_its_own_node(deployed: Path) -> None:
+def test_a_deployment_listens_on_loopback_only(deployed: Deployed) -> None:
+    """Every process of the family, SuperLink and SuperNodes included, whatever it ran
+    (the simulation engine's run gets the same watch in test_kill_and_resume)."""
+    check_listeners(deployed.listeners, {"flower-supernod"})
+
+
+@pytest.mark.flower
+def test_each_region_keeps_its_learner_on_its_own_node(deployed: Deployed) -> None:
     for node, region in enumerate(REGIONS):
-        folder = deployed / "nodes" / f"node-{node}" / "tiny_traced" / region
+        folder = deployed.out / "nodes" / f"node-{node}" / "tiny_traced" / region
         assert sorted(p.name for p in folder.iterdir()) == ["round_001.npz", "round_002.npz"]
-        log = (deployed / "nodes" / f"node-{node}.log").read_text()
+        log = (deployed.out / "nodes" / f"node-{node}.log").read_text()
         assert "ROUND 2]" in log and "Sending: evaluate message" in log  # it served rounds
-    assert not (deployed / "clients").exists()
+    assert not (deployed.out / "clients").exists()
 
 
 @pytest.mark.parametrize("table", ["metrics.csv", "per_seed.csv"])
 @pytest.mark.flower
 def test_deployment_gives_the_simulation_engines_tables(
-    deployed: Path, tiny_run: Path, table: str
+    deployed: Deployed, tiny_run: Path, table: str
 ) -> None:
-    assert (deployed / table).read_bytes() == (tiny_run / table).read_bytes()
+    assert (deployed.out / table).read_bytes() == (tiny_run / table).read_bytes()
 
 
 @pytest.mark.flower
-def test_a_deployment_listens_on_loopback_and_ctrl_c_stops_all_it_started(
-    tmp_path: Path,
-) -> None:
-    """`fedmc deploy` with its defaults (TLS, SuperNode authentication) is watched from
-    outside until round 1 is recorded: every socket of its family, SuperLink and
-    SuperNodes included, listens on loopback only. Then SIGINT: exit 130, the run did not
-    go on to its end, and nothing is left running. (The simulation engine's run gets the
-    same watch in test_kill_and_resume.)"""
+def test_ctrl_c_stops_every_process_the_deployment_started(tmp_path: Path) -> None:
+    """SIGINT once both SuperNodes are up and the run is under way: exit 130 and nothing
+    left running. `fedmc: run <id>` is printed only after every SuperNode is online and
+    the run was submitted (a SuperNode's own log may reach its file later than that)."""
     command = [sys.executable, "-m", "fedmc_flwr.cli", "deploy", "--config", str(TINY)]
-    command += ["--set", f"results_dir={tmp_path}", "--set", "train.rounds=6"]
+    command += ["--set", f"results_dir={tmp_path}"]
     output = tmp_path / "deploy.out"
     with tempfile.TemporaryDirectory(dir="/tmp") as private, output.open("w") as sink:
-        marker = f"TMPDIR={private}"
         deploy = subprocess.Popen(
             command,
             env={**os.environ, "TMPDIR": private},
@@ -104,17 +117,18 @@ def test_a_deployment_listens_on_loopback_and_ctrl_c_stops_all_it_started(
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         try:
-            with ListenerWatch(marker) as watch:
-                wait_for_round(deploy, tmp_path / "tiny_federation" / "progress.json")
-                deploy.send_signal(signal.SIGINT)
-                assert deploy.wait(timeout=120) == 130
+            deadline = time.monotonic() + 300
+            while "fedmc: run " not in output.read_text():
+                assert deploy.poll() is None and time.monotonic() < deadline
+                time.sleep(0.2)
+            deploy.send_signal(signal.SIGINT)
+            assert deploy.wait(timeout=120) == 130
         finally:
             if deploy.poll() is None:
                 deploy.kill()
         assert "fedmc: interrupted" in output.read_text()
         assert "held-out evaluation" not in output.read_text()  # it did not run to the end
-        assert processes_with_env(marker) == []
-        check_listeners(watch.seen(), {"flower-supernod"})
+        assert processes_with_env(f"TMPDIR={private}") == []
 
 
 @pytest.mark.flower

@@ -2,7 +2,7 @@
 when it joins a cluster of the user's own. Watching real runs from outside (every socket
 on loopback, Ray's GCS refusing strangers, nothing left after a SIGKILL or a Ctrl-C) is
 done where those runs are made: test_kill_and_resume for the simulation engine,
-test_deployment's Ctrl-C for the deployment engine (`flower_runs.ListenerWatch`).
+test_deployment for the deployment engine (`flower_runs.ListenerWatch`).
 """
 
 from __future__ import annotations
