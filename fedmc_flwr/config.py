@@ -171,6 +171,14 @@ def active_regions(cfg: ExperimentConfig, server_round: int) -> list[int]:
     return [r for r in range(cfg.world.regions) if join_round(cfg, r) <= server_round]
 
 
+def regions_of(partition: int, num_partitions: int, num_regions: int) -> list[int]:
+    """The regions node (virtual client) `partition` of `num_partitions` serves: round
+    robin, so that every region is served once however many nodes there are."""
+    if not 0 <= partition < num_partitions:
+        raise ValueError(f"partition-id {partition} outside [0, {num_partitions})")
+    return list(range(partition, num_regions, num_partitions))
+
+
 def region_steps(cfg: ExperimentConfig, region: int) -> int:
     """Time steps per round in each of `region`'s environments (`train.step_share`)."""
     shares = cfg.train.step_share

@@ -1,12 +1,13 @@
 """Flower's deployment engine on loopback: TLS, SuperNode authentication, state per node.
 
 The reference experiment (conftest's `tiny_run`) runs with one SuperLink and two
-SuperNodes, over TLS with a CA made for the run and only registered SuperNodes admitted.
-Its tables must equal the simulation engine's byte for byte (same config and seed), each
-region's learner state must live in its own SuperNode's folder, and nothing it started
-may outlive it; watched from outside, every process of its family listens on loopback
-only. A `fedmc deploy` stopped with Ctrl-C leaves nothing running. A SuperNode whose key
-was never registered must be refused.
+SuperNodes, over TLS with a CA made for the run and only registered SuperNodes admitted;
+the second SuperNode starts mid-run, for its region's first round. Its tables must equal
+the simulation engine's byte for byte (same config and seed), each region's learner state
+must live in its own SuperNode's folder, and nothing it started may outlive it; watched
+from outside, every process of its family listens on loopback only. A `fedmc deploy`
+stopped with Ctrl-C leaves nothing running. A SuperNode whose key was never registered
+must be refused.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ class Deployed(NamedTuple):
     """The experiment directory."""
     listeners: dict[int, tuple[str, set[str]]]
     """Every socket a process of the run's family listened on (`ListenerWatch`)."""
+    console: str
+    """What the run printed."""
 
 
 @pytest.fixture(scope="module")
@@ -68,9 +71,11 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Deployed:
     homes = tmp_path_factory.mktemp("deploy-home")
     engine = DeploymentEngine(2, tls=True, node_auth=True)
     overrides = [f"results_dir={results}"]
+    console = results / "console.txt"
     with ListenerWatch(f"FLWR_HOME={homes}") as watch:
-        assert run_isolated(homes, overrides, None, TINY_TRACED, engine=engine) == 0
-    return Deployed(results / "tiny_traced", watch.seen())
+        code = run_isolated(homes, overrides, None, TINY_TRACED, engine=engine, console=console)
+        assert code == 0, console.read_text()[-4000:]
+    return Deployed(results / "tiny_traced", watch.seen(), console.read_text())
 
 
 @pytest.mark.flower
@@ -81,10 +86,16 @@ def test_a_deployment_listens_on_loopback_only(deployed: Deployed) -> None:
 
 
 @pytest.mark.flower
-def test_each_region_keeps_its_learner_on_its_own_node(deployed: Deployed) -> None:
-    for node, region in enumerate(REGIONS):
+def test_each_region_keeps_its_learner_on_its_own_node_the_late_one_from_its_round(
+    deployed: Deployed,
+) -> None:
+    """Node 1, whose region joins in round 2, is started once round 1 is done and keeps
+    that region's learner from round 2 on."""
+    # printed once progress.json says round 1 is done (the log stream may lag behind it)
+    assert "fedmc: node 1 joins for round 2" in deployed.console
+    for node, (region, kept) in enumerate(zip(REGIONS, ([1, 2], [2]), strict=True)):
         folder = deployed.out / "nodes" / f"node-{node}" / "tiny_traced" / region
-        assert sorted(p.name for p in folder.iterdir()) == ["round_001.npz", "round_002.npz"]
+        assert sorted(p.name for p in folder.iterdir()) == [f"round_{k:03d}.npz" for k in kept]
         log = (deployed.out / "nodes" / f"node-{node}.log").read_text()
         assert "ROUND 2]" in log and "Sending: evaluate message" in log  # it served rounds
     assert not (deployed.out / "clients").exists()

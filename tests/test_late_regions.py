@@ -1,14 +1,14 @@
 """Regions that join late and regions that gather little experience: the config keys, the
-federation's accounting and clients, local training, "What federating buys", and a real
-deployment whose second SuperNode starts mid-run."""
+federation's accounting and clients, local training and "What federating buys". The
+suite's reference Flower run has a late region, on both engines: its second SuperNode
+starts mid-run (test_deployment)."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 import yaml
-from conftest import SMALL_DEMO, TINY
-from flower_runs import run_isolated
+from conftest import SMALL_DEMO
 from flwr.common import Code, EvaluateRes, Status
 from test_faults import _fit_res, _net, _Recorder, _reply, _strategy
 from test_training import SHORT_TRAINING
@@ -29,7 +29,6 @@ from fedmc_flwr.experiments.training import train
 from fedmc_flwr.federation import wire
 from fedmc_flwr.federation.accounting import sort_out
 from fedmc_flwr.federation.client_app import RegionClient
-from fedmc_flwr.federation.deployment import DeploymentEngine
 from fedmc_flwr.federation.runner import node_joins
 from fedmc_flwr.federation.server_app import initial_weights
 from fedmc_flwr.policies.heuristics import DISPATCHERS
@@ -173,28 +172,3 @@ def test_what_federating_buys_races_a_late_region_to_sed(tmp_path) -> None:
     table = gains_table([gain, ("other", "not measured yet")])
     assert "| `late` | `ppo-fedavg` | europe-west9 | 2 |" in table
     assert "| `other` | | not measured yet |" in table
-
-
-@pytest.mark.flower
-def test_a_supernode_started_mid_run_serves_its_late_region_from_its_join_round(
-    tmp_path, capsys
-) -> None:
-    overrides = [f"results_dir={tmp_path}", "federation.join_rounds=[1,2]"]
-    engine = DeploymentEngine(2, tls=False, node_auth=False)
-    (tmp_path / "home").mkdir()
-    assert run_isolated(tmp_path / "home", overrides, None, TINY, engine=engine) == 0
-    # printed once progress.json says round 1 is done (the log stream may lag behind it)
-    assert "fedmc: node 1 joins for round 2" in capsys.readouterr().out
-    out = tmp_path / "tiny_federation"
-    metrics = pd.read_csv(out / "metrics.csv")
-    assert "failed" not in set(metrics["phase"])
-    ppo = metrics[(metrics["phase"] == "eval") & (metrics["policy"] == "ppo-fedavg")]
-    assert set(ppo[ppo["round"] == 1]["client"]) == {"us-east1", "all"}
-    assert set(ppo[ppo["round"] == 2]["client"]) == {"us-east1", "europe-west9", "all"}
-    trained = metrics[(metrics["phase"] == "train") & (metrics["client"] != "all")]
-    assert list(zip(trained["round"], trained["client"], strict=True)) == [
-        (1, "us-east1"),
-        (2, "us-east1"),
-        (2, "europe-west9"),
-    ]
-    assert (out / "nodes" / "node-1" / "tiny_federation" / "europe-west9").is_dir()

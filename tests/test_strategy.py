@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedmc_flwr.config import FederationConfig
+from fedmc_flwr.config import FederationConfig, regions_of
 from fedmc_flwr.evaluation import EvalResult
 from fedmc_flwr.federation import wire
 from fedmc_flwr.federation.accounting import split_update
@@ -110,10 +110,10 @@ def test_split_update_cuts_a_multi_region_reply() -> None:
 
 def test_regions_of_covers_every_region_once() -> None:
     for clients in (1, 2, 3, 5):
-        served = [r for p in range(clients) for r in wire.regions_of(p, clients, 3)]
+        served = [r for p in range(clients) for r in regions_of(p, clients, 3)]
         assert sorted(served) == [0, 1, 2]
     with pytest.raises(ValueError, match="partition-id"):
-        wire.regions_of(2, 2, 3)
+        regions_of(2, 2, 3)
 
 
 def test_eval_result_survives_the_wire_bit_for_bit() -> None:

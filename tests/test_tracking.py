@@ -12,6 +12,7 @@ from fedmc_flwr.evaluation import evaluate
 from fedmc_flwr.federation import wire
 from fedmc_flwr.federation.aggregation import RegionUpdate
 from fedmc_flwr.federation.recorder import RunRecorder
+from fedmc_flwr.federation.runner import run_completed
 from fedmc_flwr.metrics import METRICS
 from fedmc_flwr.policies.heuristics import DISPATCHERS
 from fedmc_flwr.policies.ppo import ROUND_METRICS, UPDATE_METRICS
@@ -105,6 +106,20 @@ def _round(recorder: RunRecorder, cfg, server_round: int, value: float, evaluate
         for result in results:
             result.policy = "ppo-fedavg"
         recorder.on_evaluate(server_round, results, 1.0)
+
+
+def test_the_status_says_completed_after_the_last_round_and_names_its_run(tmp_path) -> None:
+    """What lets `fedmc run` end a run without waiting for Flower's teardown: status.json
+    says `completed` once everything of the last round is written, the board included, and
+    names the Flower run, so that an earlier run's file (which a resumed or overwritten run
+    replaces only once its ServerApp starts) never ends a run early."""
+    cfg = tiny("eval.seeds=2", "eval.steps=10", "train.rounds=2")
+    recorder = RunRecorder(cfg, tmp_path, ["a", "b"], run_id="42")
+    _round(recorder, cfg, 1, 1.0, evaluate_too=True)
+    assert not run_completed(tmp_path, "42")  # a round to go
+    _round(recorder, cfg, 2, 2.0, evaluate_too=True)
+    assert run_completed(tmp_path, "42") and not run_completed(tmp_path, "7")
+    assert set(read_board(tmp_path / "tb")) == {"a", "b", "all"}  # written and closed
 
 
 def test_the_recorder_logs_what_the_regions_report_and_a_resume_replaces_a_lost_round(

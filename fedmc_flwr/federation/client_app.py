@@ -39,6 +39,7 @@ from fedmc_flwr.config import (
     active_regions,
     join_round,
     region_steps,
+    regions_of,
 )
 from fedmc_flwr.evaluation import EvalResult, evaluate
 from fedmc_flwr.federation import faults, wire
@@ -178,7 +179,7 @@ class RegionClient(NumPyClient):
     def _regions(self, cfg: ExperimentConfig, server_round: int) -> list[int]:
         """This client's regions that have joined by `server_round`."""
         joined = set(active_regions(cfg, server_round))
-        mine = wire.regions_of(self.partition, self.num_partitions, cfg.world.regions)
+        mine = regions_of(self.partition, self.num_partitions, cfg.world.regions)
         return [region for region in mine if region in joined]
 
     def fit(self, parameters: Weights, config: Config) -> tuple[Weights, int, dict[str, Scalar]]:

@@ -65,11 +65,15 @@ class RunRecorder:
         region_names: list[str],
         *,
         resume_steps: int | None = None,
+        run_id: str = "",
     ) -> None:
         """A fresh run, or (`resume_steps` given: the environment steps trained so far) one
-        that appends to the tables a resumed run has already cut back to its last round."""
+        that appends to the tables a resumed run has already cut back to its last round.
+        `run_id` is Flower's id of the run, named in status.json: the process that started
+        the run trusts only its own run's status."""
         self.cfg = cfg
         self.out_dir = out_dir
+        self.run_id = run_id
         self.region_names = region_names
         self.policy = policy_name(cfg.federation)
         dispatchers = evaluate_dispatchers(cfg, progress=False)
@@ -87,7 +91,10 @@ class RunRecorder:
         """Environment steps the global policy was trained on so far, over all regions."""
         self.board = Board(out_dir, purge_from=resume_steps)
         self.progress = RoundProgress(cfg.train.rounds, region_names)
-        write_json(out_dir / STATUS_FILE, {"state": "running"})
+        self._status("running")
+
+    def _status(self, state: str, **details: str) -> None:
+        write_json(self.out_dir / STATUS_FILE, {"state": state, "run_id": self.run_id, **details})
 
     def _seed_key(self, server_round: int, train_steps: int) -> dict[str, object]:
         return {
@@ -162,7 +169,7 @@ class RunRecorder:
         self.progress.reply(server_round, phase, regions, wall_s)
 
     def on_abort(self, reason: str) -> None:
-        write_json(self.out_dir / STATUS_FILE, {"state": "failed", "reason": reason})
+        self._status("failed", reason=reason)
         self.board.close()
 
     def on_evaluate(self, server_round: int, results: list[EvalResult], wall_s: float) -> None:
@@ -196,5 +203,5 @@ class RunRecorder:
         overall = next(row for row in learner_rows if row["client"] == "all")
         self.progress.round_done(server_round, float(overall["reward"]), len(results))
         if server_round == self.cfg.train.rounds:
-            write_json(self.out_dir / STATUS_FILE, {"state": "completed"})
             self.board.close()
+            self._status("completed")  # last: every result is written by now

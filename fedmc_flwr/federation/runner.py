@@ -6,9 +6,10 @@ and its exit code is 0 even when the run failed. So this runner owns the whole l
 a private Flower home (temporary), the engine's processes started from the project root
 (a SuperLink of its own on a free port; for the deployment engine, its SuperNodes too:
 `federation.deployment`), runtime dependency installation, telemetry and update checks
-off, the run's log streamed to the terminal (quietly: `console`), the run's final status
-read from `flwr list`
-(only `finished:completed` is a success), and every process the engine started, and
+off, the run's log streamed to the terminal (quietly: `console`), the run's end (the
+ServerApp's own status.json once it recorded the last round, without waiting for Flower
+to shut its simulation or nodes down; else Flower's status from `flwr list`, where only
+`finished:completed` is a success), and every process the engine started, and
 everything they spawned (SuperExec, the simulation, Ray, ClientApp processes), stopped by
 PID at the end, on failure, on Ctrl-C and at the deadline alike; and when the runner
 itself is killed outright, by its guard (`processes.FlowerProcesses.guard`).
@@ -30,6 +31,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -38,12 +40,17 @@ import pandas as pd
 
 from fedmc_flwr.analysis.plots import plot_metrics
 from fedmc_flwr.analysis.tables import PAIRED_BASELINES, format_table, paired_against
-from fedmc_flwr.config import ConfigError, ExperimentConfig, join_round, load_config, to_yaml
+from fedmc_flwr.config import (
+    ConfigError,
+    ExperimentConfig,
+    join_round,
+    load_config,
+    regions_of,
+    to_yaml,
+)
 from fedmc_flwr.federation.console import plain_env, relay
 from fedmc_flwr.federation.processes import FlowerProcesses, owner_token, stop_stale
-from fedmc_flwr.federation.resume import resume_point
 from fedmc_flwr.federation.run_files import PROGRESS_FILE, REGISTRY, STATUS_FILE
-from fedmc_flwr.federation.server_app import initial_weights
 from fedmc_flwr.federation.superlink import (
     BIN,
     CONNECTION,
@@ -52,7 +59,6 @@ from fedmc_flwr.federation.superlink import (
     flower_env,
     flwr,
 )
-from fedmc_flwr.federation.wire import regions_of
 from fedmc_flwr.outputs import output_dir
 from fedmc_flwr.results import PER_SEED_FILE, experiment_path, holds_results, read_per_seed
 from fedmc_flwr.sim.world import warm_cache
@@ -61,6 +67,8 @@ from fedmc_flwr.stop_signals import stop_requests
 __all__ = ["RunError", "SimulationEngine", "run_federation"]
 
 POLL_S = 2.0
+LOG_GRACE_S = 1.0
+"""How long a completed run's log stream may take to relay its last lines."""
 
 
 def stage_app(root: Path, dest: Path) -> Path:
@@ -152,6 +160,7 @@ def _toml_string(value: str) -> str:
 
 def _final_status(
     run_id: str,
+    out: Path,
     env: dict[str, str],
     cwd: Path,
     processes: FlowerProcesses,
@@ -163,12 +172,20 @@ def _final_status(
     text from `flwr list`, or `deadline` when the run's deadline (a `time.monotonic`
     value) passes first.
 
-    The log stream ends with the run, so `flwr list` (a whole CLI start each) is asked only
-    then, and again every few seconds if the stream ended early (a lost connection).
+    A run whose ServerApp recorded its last round (`run_completed`) is done: every result is
+    written, and what Flower still does (shutting its simulation or nodes down, some 5 s,
+    before it ends the log stream) is left to the stop that follows; the stream gets
+    `LOG_GRACE_S` to relay the last lines first. Otherwise the log stream ends with the
+    run, so `flwr list` (a whole CLI start each) is asked only then, and again every few
+    seconds if the stream ended early (a lost connection).
     """
     while True:
         processes.refresh()
         on_poll()
+        if run_completed(out, run_id):
+            with suppress(subprocess.TimeoutExpired):
+                stream.wait(timeout=LOG_GRACE_S)
+            return "finished:completed"
         if time.monotonic() > deadline:
             return "deadline"
         try:
@@ -232,6 +249,17 @@ def _failure(out: Path) -> str:
     return str(status.get("reason", "")) if status.get("state") == "failed" else ""
 
 
+def run_completed(out: Path, run_id: str) -> bool:
+    """Whether run `run_id`'s ServerApp recorded its last round: status.json says so and
+    names this run (not an earlier run of the experiment, whose file a resumed or
+    overwritten run replaces only once its ServerApp starts)."""
+    try:
+        status = json.loads((out / STATUS_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return status.get("state") == "completed" and status.get("run_id") == run_id
+
+
 def _completed_round(out: Path) -> int:
     """The last round the run recorded as completed (0 before the first)."""
     try:
@@ -251,6 +279,11 @@ def _settle_existing(cfg: ExperimentConfig, out: Path, on_existing: str) -> int 
         return 2
     if on_existing != "resume":
         return None
+    # Only a resume reads a checkpoint against the network's shapes, which needs torch: a
+    # fresh or overwritten run's process never imports it (some 2 s of its start).
+    from fedmc_flwr.federation.resume import resume_point
+    from fedmc_flwr.federation.server_app import initial_weights
+
     start = resume_point(out, to_yaml(cfg), initial_weights(cfg), cfg.train.rounds)
     if start.completed_round == cfg.train.rounds:
         print(f"fedmc: {cfg.name} already completed its {cfg.train.rounds} rounds")
@@ -346,7 +379,9 @@ def run_federation(
                 flush=True,
             )
             stream, relaying = _stream_log(processes, run_id, env, root, tty)
-            status = _final_status(run_id, env, root, processes, stream, deadline, between_polls)
+            status = _final_status(
+                run_id, out, env, root, processes, stream, deadline, between_polls
+            )
         finally:
             processes.stop()
             if relaying is not None:

@@ -126,7 +126,13 @@ def server_fn(context: Context) -> ServerAppComponents:
         cfg.train.rounds,
     )
     names = [r.name for r in region_catalogue(cfg.world.regions)]
-    recorder = RunRecorder(cfg, out, names, resume_steps=start.train_steps if done else None)
+    recorder = RunRecorder(
+        cfg,
+        out,
+        names,
+        resume_steps=start.train_steps if done else None,
+        run_id=str(context.run_id),
+    )
 
     def instructions(server_round: int) -> dict[str, Scalar]:
         return {"server-round": server_round, "experiment": resolved}

@@ -39,13 +39,6 @@ def policy_name(federation: FederationConfig) -> str:
     return "-".join(["ppo", *(client + server or ["fedavg"]), *personal])
 
 
-def regions_of(partition: int, num_partitions: int, num_regions: int) -> list[int]:
-    """The regions virtual client `partition` of `num_partitions` serves (round robin)."""
-    if not 0 <= partition < num_partitions:
-        raise ValueError(f"partition-id {partition} outside [0, {num_partitions})")
-    return list(range(partition, num_regions, num_partitions))
-
-
 def pack(region: int, values: Mapping[str, Scalar]) -> dict[str, Scalar]:
     """`values` under the region's prefix."""
     return {f"{region}/{name}": value for name, value in values.items()}
