@@ -1,5 +1,6 @@
-"""`flwr run .` as the README gives it: what Flower's runtime install would put in the
-run's environment, what a refused run prints, and what is left running afterwards."""
+"""`flwr run .` as the README gives it: what a refused run prints, and what is left running
+afterwards. (What Flower's runtime install would put in the run's environment is in
+test_packaging.)"""
 
 from __future__ import annotations
 
@@ -9,10 +10,7 @@ import logging
 import re
 import shutil
 import subprocess
-import sys
 import time
-import tomllib
-import urllib.request
 from pathlib import Path
 
 import psutil
@@ -27,71 +25,8 @@ from fedmc_flwr.federation.strategy import RoundFailed
 from fedmc_flwr.federation.superlink import BIN, flower_env, free_port
 from fedmc_flwr.results import ExperimentExists
 
-CPU_INDEX = "https://download.pytorch.org/whl/cpu"
-LOCAL_TORCH = Path("/opt/wheels")
-"""Where this machine keeps PyTorch's CPU wheel, for when PyTorch's index is out of reach."""
-CUDA = re.compile(r"^(nvidia-|cuda-|triton$)")
 FLOWERS_OWN = {"flower-superlink", "flower-superexec"}
 """Processes of Flower's local SuperLink, which outlives `flwr run` by design."""
-
-
-def _reachable(url: str) -> bool:
-    try:
-        urllib.request.urlopen(url, timeout=5).close()
-    except OSError:
-        return False
-    return True
-
-
-def _cpu_index_stand_in(root: Path) -> str | None:
-    """A one-package simple index holding this machine's copy of PyTorch's CPU torch
-    wheel, or None when there is none."""
-    wheels = sorted(LOCAL_TORCH.glob("torch-*+cpu-*.whl"))
-    if not wheels:
-        return None
-    page = root / "torch" / "index.html"
-    page.parent.mkdir(parents=True)
-    page.write_text("".join(f'<a href="{w.as_uri()}">{w.name}</a>\n' for w in wheels))
-    return root.as_uri()
-
-
-def test_flowers_runtime_install_would_put_no_cuda_package_in_the_run_environment(
-    tmp_path: Path,
-) -> None:
-    """Flower's runtime install is `uv sync` in the app's directory, which locks the app's
-    pyproject.toml first. uv's own lock of it, for every platform and Python it allows,
-    takes torch's CPU build from PyTorch's CPU index and no nvidia, cuda or triton package.
-    Where that index is out of reach (only package registries are, here), its URL is
-    pointed at this machine's copy of the same CPU wheel; everything else comes from PyPI."""
-    if not _reachable("https://pypi.org/simple/uv/"):
-        pytest.skip("PyPI is out of reach: uv cannot resolve the app's dependencies")
-    app = tmp_path / "app"
-    app.mkdir()
-    for name in ("pyproject.toml", "setup.py", "README.md"):
-        shutil.copy2(REPO / name, app / name)
-    pyproject = (app / "pyproject.toml").read_text()
-    indexes = tomllib.loads(pyproject)["tool"]["uv"]["index"]
-    assert [(i["name"], i["url"], i["explicit"]) for i in indexes] == [
-        ("pytorch-cpu", CPU_INDEX, True)
-    ]
-    if not _reachable(f"{CPU_INDEX}/torch/"):
-        stand_in = _cpu_index_stand_in(tmp_path / "index")
-        if stand_in is None:
-            pytest.skip("PyTorch's CPU index is out of reach and no local CPU wheel stands in")
-        (app / "pyproject.toml").write_text(pyproject.replace(f'"{CPU_INDEX}"', f'"{stand_in}"'))
-    locked = subprocess.run(
-        [sys.executable, "-m", "uv", "lock", "--quiet"],
-        cwd=app,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert locked.returncode == 0, locked.stderr
-    packages = tomllib.loads((app / "uv.lock").read_text())["package"]
-    names = {p["name"] for p in packages}
-    assert {"torch", "ray", "numba"} <= names
-    assert sorted(n for n in names if CUDA.match(n)) == []
-    assert {p["version"] for p in packages if p["name"] == "torch"} == {"2.13.0+cpu"}
 
 
 def _context(results: Path, owner: str = "") -> Context:
