@@ -12,6 +12,7 @@ or unwritable input of every subcommand through `cli.main`.
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -171,8 +172,19 @@ def test_arrays_of_any_dtype_read_as_numbers_or_are_refused(
 
 # --- output paths ----------------------------------------------------------------------
 
-SEGMENT = st.text(st.characters(blacklist_characters="/\x00"), min_size=1, max_size=20)
-"""One path component (anything the kernel takes as a name)."""
+SEGMENT = st.one_of(
+    st.text(
+        st.characters(blacklist_characters="/\x00", blacklist_categories=("Cs",)),
+        min_size=1,
+        max_size=20,
+    ),
+    st.binary(min_size=1, max_size=20)
+    .filter(lambda raw: b"/" not in raw and b"\x00" not in raw)
+    .map(os.fsdecode),
+)
+"""One path component: anything the kernel takes as a name, as Python sees it (text, or
+bytes that are no UTF-8, which arrive with their undecodable bytes as surrogate escapes;
+a lone surrogate outside those names no file)."""
 
 
 @FAST
