@@ -30,7 +30,8 @@ TINY = REPO / "tests" / "conf" / "tiny_federation.yaml"
 """The smallest federated experiment (2 regions x 2 nodes, short rounds): what the tests
 run through Flower."""
 TINY_TRACED = REPO / "tests" / "conf" / "tiny_traced.yaml"
-"""TINY replaying real arrival and carbon traces: the suite's reference Flower run."""
+"""TINY replaying real arrival and carbon traces, its second region joining in round 2: the
+suite's reference Flower run."""
 TINY_HETERO = REPO / "tests" / "conf" / "tiny_hetero.yaml"
 """TINY with three estates of different shapes (one two-tier network federates them)."""
 TINY_WORLD = ("world.regions=2", "world.nodes_per_region=2")
@@ -145,9 +146,8 @@ def rollout() -> Rollout:
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """TINY_TRACED through Flower's simulation engine, one virtual client per region: the
-    reference run whose tables the other engines and a resumed run must reproduce (shared
-    by the federation, console, tracking, deployment and resume tests); its experiment
-    directory.
+    reference run whose tables the deployment engine and a resumed run must reproduce
+    (tests/simulation/test_reference_run.py reads what it wrote); its experiment directory.
 
     Under pytest-xdist every worker has a session of its own; the first worker to ask makes
     the run in the temporary directory all workers share, under a file lock, and the
@@ -165,7 +165,7 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
             shutil.rmtree(results, ignore_errors=True)  # what a failed attempt left
             homes = results.parent / "home"
             homes.mkdir(parents=True, exist_ok=True)
-            console = results / "console.txt"  # what `fedmc run` printed (test_console)
+            console = results / "console.txt"  # what `fedmc run` printed
             code = run_isolated(
                 homes, [f"results_dir={results}"], 2, TINY_TRACED, console=console
             )

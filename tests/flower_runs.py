@@ -35,7 +35,9 @@ start side by side, whichever pytest worker runs them: Ray gives a starting node
 register with its GCS, which two clusters starting together on two cores can overrun.
 `ray_start_slot` takes it for a run a test starts; a test whose child process runs
 several (the notebook) holds it throughout. The deployment engine starts no Ray and runs
-beside them."""
+beside them. `make test` runs every simulation file on one worker (conftest's
+`SimulationTogether`), so the lock is seldom waited for there; it still keeps Ray's
+starts apart under any other way of running the suite."""
 SLOT_POLL_S = 0.5
 SCAN_EVERY_S = 0.5
 """Pause between two of `ListenerWatch`'s scans."""
