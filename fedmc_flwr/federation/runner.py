@@ -280,7 +280,7 @@ def _settle_existing(cfg: ExperimentConfig, out: Path, on_existing: str) -> int 
     if on_existing != "resume":
         return None
     # Only a resume reads a checkpoint against the network's shapes, which needs torch: a
-    # fresh or overwritten run's process never imports it (some 2 s of its start).
+    # fresh or overwritten run's process never imports it (about 1.5 s of its start).
     from fedmc_flwr.federation.resume import resume_point
     from fedmc_flwr.federation.server_app import initial_weights
 
