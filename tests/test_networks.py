@@ -118,9 +118,9 @@ def test_two_tier_samples_follow_its_probabilities_and_never_a_masked_action() -
     network = TwoTier(hidden=16, nodes_per_region=4)
     obs, mask = random_batch(3, 4, batch=8, seed=2)
     obs, mask = obs[:1].expand(20_000, -1), mask[:1].expand(20_000, -1)
-    generator = torch.Generator().manual_seed(3)
+    noise = torch.rand(20_000, network.noise_width(12), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
-        step = network.sample(obs, mask, generator)
+        step = network.sample(obs, mask, noise)
         joint = network.masked_logits(obs[:1], mask[:1])[0]
     assert mask[0, step.action].all()
     counts = torch.bincount(step.action, minlength=12).double() / len(step.action)

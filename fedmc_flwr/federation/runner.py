@@ -17,8 +17,8 @@ itself is killed outright, by its guard (`processes.FlowerProcesses.guard`).
 Before Flower starts, it settles what to do with an experiment that already holds results
 (refuse, overwrite, or resume after the last completed round: `federation.resume`),
 stops whatever a killed earlier run of the same experiment left running, and loads or
-compiles the simulator's kernels once (`sim.world.warm_cache`), so that no client compiles
-them in round 1.
+compiles the simulator's and the acting path's kernels once (`sim.world.warm_cache`,
+`policies.two_tier_kernels.warm_cache`), so that no client compiles them in round 1.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ from fedmc_flwr.federation.superlink import (
     flwr,
 )
 from fedmc_flwr.outputs import output_dir
+from fedmc_flwr.policies import two_tier_kernels
 from fedmc_flwr.results import PER_SEED_FILE, experiment_path, holds_results, read_per_seed
 from fedmc_flwr.sim.world import warm_cache
 from fedmc_flwr.stop_signals import stop_requests
@@ -323,6 +324,7 @@ def run_federation(
         return settled
     engine = engine or SimulationEngine(num_supernodes or cfg.world.regions)
     warm_cache()  # compile once here, so that no client compiles in round 1
+    two_tier_kernels.warm_cache()
     root = project_root()
     processes = FlowerProcesses(out / REGISTRY)
     deadline = time.monotonic() + (cfg.federation.deadline_s or float("inf"))

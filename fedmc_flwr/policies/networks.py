@@ -40,16 +40,10 @@ from torch import nn
 from torch.nn import functional as F
 
 from fedmc_flwr.config import POLICY_KINDS
+from fedmc_flwr.policies.two_tier_kernels import MASKED_LOGIT, ROW_WIDTH, SUMMARY_WIDTH
 from fedmc_flwr.sim.layout import EXPECTED_DELAY, GLOBAL_WIDTH, NODE_WIDTH
 
-MASKED_LOGIT = -1e8
-"""Logit of a masked action: its probability is exactly 0 and its entropy term 0, never NaN."""
 KINDS = POLICY_KINDS
-ROW_WIDTH = NODE_WIDTH + GLOBAL_WIDTH
-"""A node's row as a per-node network reads it: its features, then the global ones."""
-SUMMARY_WIDTH = NODE_WIDTH + 2 + GLOBAL_WIDTH
-"""A region's summary row: its nodes' mean features, least valid expected delay, valid
-share, then the global features."""
 
 Inputs = dict[str, torch.Tensor]
 """What a rollout stores of one step for the update, batch first."""
@@ -82,9 +76,8 @@ def _mlp(n_in: int, hidden: int, n_out: int | None, out_std: float = 1.0) -> nn.
     return nn.Sequential(*layers)
 
 
-def _gumbel_argmax(logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+def _gumbel_argmax(logits: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
     """A sample of each row's categorical (the Gumbel-max trick, one uniform per logit)."""
-    noise = torch.rand(logits.shape, generator=generator)
     return (logits - torch.log(-torch.log(noise))).argmax(dim=-1)
 
 
@@ -101,7 +94,12 @@ def _pick(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 class ActorCritic(nn.Module):
     """What a learner needs of a network; see the module docstring."""
 
-    def sample(self, obs: torch.Tensor, mask: torch.Tensor, generator: torch.Generator) -> Step:
+    def noise_width(self, num_actions: int) -> int:
+        """Uniforms `sample` reads per env, for an estate of `num_actions` nodes."""
+        raise NotImplementedError
+
+    def sample(self, obs: torch.Tensor, mask: torch.Tensor, noise: torch.Tensor) -> Step:
+        """A rollout step, drawn with `noise`: `[B, noise_width]` uniforms in [0, 1)."""
         raise NotImplementedError
 
     def evaluate(
@@ -142,11 +140,14 @@ class FlatActorCritic(ActorCritic):
     def masked_logits(self, obs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return self.logits(obs).masked_fill(~mask, MASKED_LOGIT)
 
-    def sample(self, obs: torch.Tensor, mask: torch.Tensor, generator: torch.Generator) -> Step:
+    def noise_width(self, num_actions: int) -> int:
+        return num_actions
+
+    def sample(self, obs: torch.Tensor, mask: torch.Tensor, noise: torch.Tensor) -> Step:
         logits, values = self(obs)
         logits = logits.masked_fill(~mask, MASKED_LOGIT)
         logp_all = torch.log_softmax(logits, dim=-1)
-        action = _gumbel_argmax(logits, generator)
+        action = _gumbel_argmax(logits, noise)
         return Step(action, _pick(logp_all, action), values, {"obs": obs, "mask": mask})
 
     def evaluate(
@@ -312,14 +313,19 @@ class TwoTier(ActorCritic):
         """The critic reads the regions' mean summary: one row a state on any estate."""
         return self.critic(pool(summaries)).reshape(-1)
 
-    def sample(self, obs: torch.Tensor, mask: torch.Tensor, generator: torch.Generator) -> Step:
+    def noise_width(self, num_actions: int) -> int:
+        """One uniform per region, then one per node of the chosen region."""
+        return num_actions // self.nodes_per_region + self.nodes_per_region
+
+    def sample(self, obs: torch.Tensor, mask: torch.Tensor, noise: torch.Tensor) -> Step:
         estate = self.estate(obs, mask)
         summaries, valid = self.summaries(estate)
         region_logp = self._region_logp(summaries, valid)
-        region = _gumbel_argmax(region_logp, generator)
+        regions = region_logp.shape[-1]
+        region = _gumbel_argmax(region_logp, noise[:, :regions])
         rows, node_mask = self.region_rows(estate, region)
         node_logp = self._node_logp(rows, node_mask)
-        node = _gumbel_argmax(node_logp, generator)
+        node = _gumbel_argmax(node_logp, noise[:, regions:])
         logprob = _pick(region_logp, region) + _pick(node_logp, node)
         inputs = {"summaries": summaries, "valid": valid, "rows": rows, "node_mask": node_mask}
         action = region * self.nodes_per_region + node

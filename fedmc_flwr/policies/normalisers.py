@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedmc_flwr.policies.moments import Moments
+from fedmc_flwr.policies.moments import Moments, column_moments
 from fedmc_flwr.sim.layout import GLOBAL_FEATURES, NODE_FEATURES, NODE_WIDTH, ObsLayout
 
 OBS_CLIP = 10.0
@@ -33,7 +33,10 @@ class RunningNorm:
         self.fresh = Moments.empty(dim)
 
     def update(self, batch: np.ndarray) -> None:
-        seen = Moments.of(batch)
+        self.add(Moments.of(batch))
+
+    def add(self, seen: Moments) -> None:
+        """Count moments seen (those of a batch) in both `total` and `fresh`."""
         self.total = self.total.merge(seen)
         self.fresh = self.fresh.merge(seen)
 
@@ -58,6 +61,8 @@ class RunningNorm:
 
 
 FEATURES = (*NODE_FEATURES, *GLOBAL_FEATURES)
+Affine = tuple[np.ndarray, np.ndarray]
+"""A normaliser's `(shift, scale)`: per feature, or spread over a flat observation."""
 STANDARDISED = np.array([f.standardised for f in FEATURES])
 """Flags, the local flag and the clock's sin and cos pass through unchanged, so a feature
 that is constant inside a region can never be blown up to +-OBS_CLIP."""
@@ -74,23 +79,44 @@ class ObservationNorm(RunningNorm):
     def update(self, batch: np.ndarray) -> None:
         layout = ObsLayout.of_width(batch.shape[-1])
         nodes = layout.nodes(batch).reshape(-1, NODE_WIDTH)
-        shared = np.repeat(batch[:, layout.globals_span], layout.num_nodes, axis=0)
-        super().update(np.concatenate([nodes, shared], axis=1))
+        node_mean, node_var = column_moments(np.ascontiguousarray(nodes, dtype=np.float64))
+        # The global features' moments over the batch's rows are those of each node's
+        # copy of them: repeating a row n times changes neither its mean nor its variance.
+        shared = np.ascontiguousarray(batch[:, layout.globals_span], dtype=np.float64)
+        shared_mean, shared_var = column_moments(shared)
+        mean = np.concatenate([node_mean, shared_mean])
+        self.add(Moments(float(len(nodes)), mean, np.concatenate([node_var, shared_var])))
 
-    def affine(self, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
-        """`(shift, scale)` over the flat observation of an estate of `num_nodes` nodes
-        (float64): the standardised features' moments, the others 0 and 1. The ONNX export
-        bakes the same two arrays in, so a served policy reads bit-identical inputs."""
-
-        def per_column(per_feature: np.ndarray) -> np.ndarray:
-            node, shared = per_feature[:NODE_WIDTH], per_feature[NODE_WIDTH:]
-            return np.concatenate([np.tile(node, num_nodes), shared])
-
-        shift = per_column(np.where(STANDARDISED, self.total.mean, 0.0))
-        scale = per_column(np.where(STANDARDISED, 1.0 / np.sqrt(self.total.var + 1e-8), 1.0))
+    def feature_affine(self) -> Affine:
+        """`(shift, scale)` per feature (`FEATURES` order, float64): the standardised
+        features' moments, the others 0 and 1."""
+        shift = np.where(STANDARDISED, self.total.mean, 0.0)
+        scale = np.where(STANDARDISED, 1.0 / np.sqrt(self.total.var + 1e-8), 1.0)
         return shift, scale
+
+    def affine(self, num_nodes: int) -> Affine:
+        """`feature_affine` over the flat observation of an estate of `num_nodes` nodes.
+        The ONNX export bakes the same two arrays in, so a served policy reads
+        bit-identical inputs."""
+        return per_column(self.feature_affine(), num_nodes)
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         """(obs - mean) / std on the standardised features, clipped; the rest unchanged."""
-        shift, scale = self.affine(ObsLayout.of_width(obs.shape[-1]).num_nodes)
-        return np.clip((obs - shift) * scale, -OBS_CLIP, OBS_CLIP).astype(np.float32)
+        return standardise(obs, self.feature_affine())
+
+
+def per_column(affine: Affine, num_nodes: int) -> Affine:
+    """A per-feature `(shift, scale)` spread over the flat observation of `num_nodes` nodes."""
+
+    def spread(per_feature: np.ndarray) -> np.ndarray:
+        node, shared = per_feature[:NODE_WIDTH], per_feature[NODE_WIDTH:]
+        return np.concatenate([np.tile(node, num_nodes), shared])
+
+    return spread(affine[0]), spread(affine[1])
+
+
+def standardise(obs: np.ndarray, affine: Affine) -> np.ndarray:
+    """`ObservationNorm`'s input to a network: `(obs - shift) * scale` in float64 with a
+    per-feature `affine`, clipped to +-OBS_CLIP, as float32."""
+    shift, scale = per_column(affine, ObsLayout.of_width(obs.shape[-1]).num_nodes)
+    return np.clip((obs - shift) * scale, -OBS_CLIP, OBS_CLIP).astype(np.float32)

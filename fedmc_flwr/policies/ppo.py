@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from fedmc_flwr.config import ExperimentConfig, PPOConfig, learner_world, planned_steps
+from fedmc_flwr.policies.acting import actor_of, uniforms
 from fedmc_flwr.policies.flat_adam import FlatAdam
 from fedmc_flwr.policies.moments import MOMENT_ARRAYS, Moments
 from fedmc_flwr.policies.networks import ActorCritic, build_network
@@ -130,7 +131,8 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
 
 
 class GreedyPolicy:
-    """Argmax over masked logits of a frozen network and normaliser (serves `Policy`).
+    """Argmax over masked logits of a frozen network and normaliser (serves `Policy`),
+    through the network's fastest acting path (`acting.py`).
 
     A two-tier or node-scorer copy acts on an estate of any size (the normaliser is per
     feature)."""
@@ -138,16 +140,18 @@ class GreedyPolicy:
     def __init__(self, name: str, network: ActorCritic, norm: ObservationNorm) -> None:
         self.name = name
         self._network = network
-        self._norm = copy.deepcopy(norm)
+        self._actor = actor_of(network)
+        self._affine = norm.feature_affine()
 
     def on_estate(self, nodes_per_region: int) -> GreedyPolicy:
         """The same policy on an estate of another shape (zero-shot transfer)."""
-        return GreedyPolicy(self.name, self._network.on_estate(nodes_per_region), self._norm)
+        twin = copy.copy(self)
+        twin._network = self._network.on_estate(nodes_per_region)
+        twin._actor = actor_of(twin._network)
+        return twin
 
     def act(self, obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        with torch.inference_mode():
-            x = torch.from_numpy(self._norm(obs))
-            return self._network.greedy(x, torch.from_numpy(mask)).numpy().astype(np.int64)
+        return self._actor.greedy(obs, mask, self._affine).astype(np.int64, copy=False)
 
 
 def weights_of_state(state: Mapping[str, np.ndarray]) -> list[np.ndarray]:
@@ -201,6 +205,7 @@ class PPOLearner:
             )
         self.params = list(self.model.parameters())
         self.optimizer = FlatAdam(self.params, lr=self.ppo.learning_rate, eps=1e-5)
+
         self.norm = ObservationNorm()
         self.return_norm = RunningNorm(1)
         self.discounted = np.zeros(cfg.ppo.num_envs)
@@ -307,26 +312,28 @@ class PPOLearner:
             lr *= max(0.0, 1.0 - steps_done / self.planned)
         self.optimizer.lr = lr
 
-    @torch.inference_mode()
     def _collect(self, length: int, job_sums: np.ndarray) -> dict[str, torch.Tensor]:
-        """Run `length` batched steps; store what the update needs, flattened to [T*B]:
-        the network's own inputs of each step (`ActorCritic.sample`) beside the actions,
-        log-probabilities, values and GAE's advantages and returns."""
+        """Run `length` batched steps through the network's acting path (`acting.py`);
+        store what the update needs, flattened to [T*B]: the network's own inputs of each
+        step (`ActorCritic.sample`) beside the actions, log-probabilities, values and
+        GAE's advantages and returns."""
         b = self.sim.num_envs
-        inputs: dict[str, torch.Tensor] = {}
-        act_buf = torch.empty((length, b), dtype=torch.int64)
-        logp_buf = torch.empty((length, b))
-        val_buf = torch.empty((length + 1, b))
-        rew_buf = torch.empty((length, b))
-        cut_buf = torch.zeros((length, b), dtype=torch.bool)
-        bootstrap = torch.zeros((length, b))
-        x = torch.from_numpy(self.norm(self.obs))
+        inputs: dict[str, np.ndarray] = {}
+        act_buf = np.empty((length, b), dtype=np.int64)
+        logp_buf = np.empty((length, b), dtype=np.float32)
+        val_buf = np.empty((length + 1, b), dtype=np.float32)
+        rew_buf = np.empty((length, b), dtype=np.float32)
+        cut_buf = np.zeros((length, b), dtype=np.bool_)
+        bootstrap = np.zeros((length, b), dtype=np.float32)
+        actor = actor_of(self.model)  # the weights the last update left
+        noise_shape = (b, actor.noise_width(self.sim.num_actions))
         for t in range(length):
-            m = torch.from_numpy(self.mask)
-            step = self.model.sample(x, m, self.generator)
+            affine = self.norm.feature_affine()
+            noise = uniforms(noise_shape, self.generator)
+            step = actor.decide(self.obs, self.mask, affine, noise)
             if not inputs:
                 inputs = {
-                    key: torch.empty((length, *value.shape), dtype=value.dtype)
+                    key: np.empty((length, *value.shape), dtype=value.dtype)
                     for key, value in step.inputs.items()
                 }
             for key, value in step.inputs.items():
@@ -334,31 +341,39 @@ class PPOLearner:
             act_buf[t] = step.action
             logp_buf[t] = step.logprob
             val_buf[t] = step.value
-            result = self.sim.step(step.action.numpy())
-            rew_buf[t] = torch.from_numpy(self._scale_rewards(result.reward))
+            result = self.sim.step(step.action)
+            rew_buf[t] = self._scale_rewards(result.reward)
             job_sums[0] += result.reward.sum()
             job_sums[1:] += result.metrics.sum(axis=0)
             self.obs, self.mask = result.obs, result.mask
             self.elapsed += 1
             ended = np.flatnonzero(self.elapsed >= self.ppo.episode_steps)
             if len(ended):
-                final = torch.from_numpy(self.norm(self.obs[ended]))
-                bootstrap[t, ended] = self.model.value(final, torch.from_numpy(self.mask[ended]))
+                bootstrap[t, ended] = actor.value(self.obs[ended], self.mask[ended], affine)
                 cut_buf[t, ended] = True
                 self._restart(ended)
             self.norm.update(self.obs)
-            x = torch.from_numpy(self.norm(self.obs))
-        val_buf[length] = self.model.value(x, torch.from_numpy(self.mask))
-        next_values = torch.where(cut_buf, bootstrap, val_buf[1:])
-        values = val_buf[:length]
-        advantages = gae(rew_buf, values, next_values, cut_buf, self.ppo.gamma, self.ppo.gae_lambda)
-        stored = {key: value.reshape(length * b, *value.shape[2:]) for key, value in inputs.items()}
+        val_buf[length] = actor.value(self.obs, self.mask, self.norm.feature_affine())
+        values, cut = torch.from_numpy(val_buf), torch.from_numpy(cut_buf)
+        next_values = torch.where(cut, torch.from_numpy(bootstrap), values[1:])
+        advantages = gae(
+            torch.from_numpy(rew_buf),
+            values[:length],
+            next_values,
+            cut,
+            self.ppo.gamma,
+            self.ppo.gae_lambda,
+        )
+        stored = {
+            key: torch.from_numpy(value.reshape(length * b, *value.shape[2:]))
+            for key, value in inputs.items()
+        }
         return stored | {
-            "actions": act_buf.reshape(-1),
-            "logprobs": logp_buf.reshape(-1),
-            "values": values.reshape(-1),
+            "actions": torch.from_numpy(act_buf).reshape(-1),
+            "logprobs": torch.from_numpy(logp_buf).reshape(-1),
+            "values": values[:length].reshape(-1),
             "advantages": advantages.reshape(-1),
-            "returns": (advantages + values).reshape(-1),
+            "returns": (advantages + values[:length]).reshape(-1),
         }
 
     def _restart(self, envs: np.ndarray) -> None:

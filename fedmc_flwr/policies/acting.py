@@ -1,0 +1,177 @@
+"""The two-tier network's acting path, compiled: one call per batched decision.
+
+Why: a rollout step of the two-tier network in torch is some 55 small ops (the summaries,
+two scorers, two masked softmaxes, two samples, the critic), each a few microseconds of
+dispatch around a few hundred multiply-adds; for a batch of 64 worlds that is most of a
+training round's time, more than the world's own step and more than the update. Here the
+same arithmetic runs in one numba call per decision, world by world: normalise the
+observation, summarise each region, score the regions, sample one, score its nodes,
+sample one, and read the critic.
+
+It copies the torch network's weights when it is built (the learner builds one per
+rollout, after the update has written them), and it draws from the same uniforms the torch
+path would be given (`networks.TwoTier.sample`): the same inputs give the same action,
+log-probability and value up to float32 rounding (the sums run in another order), which
+`tests/test_acting.py` holds against the torch network, masks included. The update stays
+in torch: it reads the inputs this path stores (`summaries`, `valid`, `rows`,
+`node_mask`), exactly what `TwoTier.sample` stores.
+
+Normalisation is the learner's own (`ObservationNorm`): `(obs - shift) * scale` in
+float64 per feature, clipped to +-OBS_CLIP, then float32, the same numbers as
+`ObservationNorm.__call__`. Only the network's layers use reassociating float32 maths.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from torch import nn
+
+from fedmc_flwr.policies import two_tier_kernels as kernels
+from fedmc_flwr.policies.networks import ActorCritic, TwoTier
+from fedmc_flwr.policies.normalisers import Affine, standardise
+from fedmc_flwr.policies.two_tier_kernels import SUMMARY_WIDTH
+from fedmc_flwr.sim.layout import GLOBAL_WIDTH, NODE_WIDTH
+
+
+class Decision(NamedTuple):
+    """One batched decision of the compiled path: numpy arrays, batch first."""
+
+    action: np.ndarray
+    logprob: np.ndarray
+    value: np.ndarray
+    inputs: dict[str, np.ndarray]
+    """What `TwoTier.evaluate` reads back in the update (`summaries`, `valid`, `rows`,
+    `node_mask`)."""
+
+
+def _pack(scorers: list[nn.Sequential]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The scorers' weights (transposed to `[in, out]`) and biases copied into one float32
+    array, and per scorer its layer table (`two_tier_kernels.scores`). One array and a few
+    small tables are what a compiled call takes fastest: a tuple of arrays costs numba's
+    dispatcher microseconds per call to type."""
+    chunks: list[np.ndarray] = []
+    tables: list[np.ndarray] = []
+    offset = 0
+    for scorer in scorers:
+        table = []
+        for layer in (m for m in scorer if isinstance(m, nn.Linear)):
+            weight = layer.weight.detach().numpy().T.reshape(-1)
+            bias = layer.bias.detach().numpy()
+            fan_in, fan_out = layer.in_features, layer.out_features
+            table.append((offset, fan_in, fan_out, offset + len(weight)))
+            chunks += [weight, bias]
+            offset += len(weight) + len(bias)
+        tables.append(np.array(table, dtype=np.int64))
+    return np.concatenate(chunks).astype(np.float32), tables
+
+
+class TwoTierActor:
+    """The compiled acting path of one `TwoTier` network (see the module docstring).
+
+    It copies the weights when built (transposed, as the compiled loops read them best):
+    build one after every change of the weights, as the learner does per rollout (a few
+    microseconds)."""
+
+    def __init__(self, network: TwoTier) -> None:
+        self.nodes_per_region = network.nodes_per_region
+        scorers = [network.region_scorer, network.node_scorer, network.critic]
+        self._params, (self._region, self._node, self._critic) = _pack(scorers)
+
+    def noise_width(self, num_nodes: int) -> int:
+        """Uniforms one decision draws per env: one per region, then one per node of a
+        region (the torch path's `TwoTier.sample` reads the same)."""
+        return num_nodes // self.nodes_per_region + self.nodes_per_region
+
+    def _buffers(self, batch: int, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+        regions = num_nodes // self.nodes_per_region
+        summaries = np.empty((batch, regions, SUMMARY_WIDTH), dtype=np.float32)
+        return summaries, np.empty((batch, regions), dtype=np.bool_)
+
+    def decide(
+        self, obs: np.ndarray, mask: np.ndarray, affine: Affine, noise: np.ndarray
+    ) -> Decision:
+        """A sample of every env's action, drawn with `noise` (`[B, noise_width]`
+        uniforms); `affine` is the normaliser's per-feature `(shift, scale)`."""
+        return self._run(obs, mask, affine, noise)
+
+    def greedy(self, obs: np.ndarray, mask: np.ndarray, affine: Affine) -> np.ndarray:
+        """Every env's most probable region, then that region's most probable node."""
+        return self._run(obs, mask, affine, None).action
+
+    def _run(
+        self, obs: np.ndarray, mask: np.ndarray, affine: Affine, noise: np.ndarray | None
+    ) -> Decision:
+        batch, num_nodes = mask.shape
+        n = self.nodes_per_region
+        summaries, valid = self._buffers(batch, num_nodes)
+        rows = np.empty((batch, n, NODE_WIDTH + GLOBAL_WIDTH), dtype=np.float32)
+        node_mask = np.empty((batch, n), dtype=np.bool_)
+        action = np.empty(batch, dtype=np.int64)
+        logprob = np.empty(batch, dtype=np.float32)
+        value = np.empty(batch, dtype=np.float32)
+        greedy = noise is None
+        if noise is None:
+            noise = np.empty((batch, self.noise_width(num_nodes)), dtype=np.float32)
+        shift, scale = affine
+        outputs = (action, logprob, value, summaries, valid, rows, node_mask)
+        weights = (self._params, self._region, self._node, self._critic)
+        kernels.decide(obs, mask, shift, scale, n, *weights, noise, greedy, *outputs)
+        inputs = {"summaries": summaries, "valid": valid, "rows": rows, "node_mask": node_mask}
+        return Decision(action, logprob, value, inputs)
+
+    def value(self, obs: np.ndarray, mask: np.ndarray, affine: Affine) -> np.ndarray:
+        """`[B]` critic values (float32)."""
+        batch, num_nodes = mask.shape
+        summaries, valid = self._buffers(batch, num_nodes)
+        shift, scale = affine
+        n = self.nodes_per_region
+        critic = (self._params, self._critic)
+        return kernels.values(obs, mask, shift, scale, n, *critic, summaries, valid)
+
+
+class TorchActor:
+    """Any network's acting path through its torch forward: the reference the compiled
+    path is tested against, and the path of the networks that have no compiled one."""
+
+    def __init__(self, network: ActorCritic) -> None:
+        self.network = network
+
+    def noise_width(self, num_nodes: int) -> int:
+        return self.network.noise_width(num_nodes)
+
+    @torch.inference_mode()
+    def decide(
+        self, obs: np.ndarray, mask: np.ndarray, affine: Affine, noise: np.ndarray
+    ) -> Decision:
+        x, m = torch.from_numpy(standardise(obs, affine)), torch.from_numpy(mask)
+        step = self.network.sample(x, m, torch.from_numpy(noise))
+        inputs = {key: value.numpy() for key, value in step.inputs.items()}
+        return Decision(step.action.numpy(), step.logprob.numpy(), step.value.numpy(), inputs)
+
+    @torch.inference_mode()
+    def greedy(self, obs: np.ndarray, mask: np.ndarray, affine: Affine) -> np.ndarray:
+        x = torch.from_numpy(standardise(obs, affine))
+        return self.network.greedy(x, torch.from_numpy(mask)).numpy()
+
+    @torch.inference_mode()
+    def value(self, obs: np.ndarray, mask: np.ndarray, affine: Affine) -> np.ndarray:
+        x = torch.from_numpy(standardise(obs, affine))
+        return self.network.value(x, torch.from_numpy(mask)).numpy()
+
+
+Actor = TwoTierActor | TorchActor
+
+
+def actor_of(network: ActorCritic) -> Actor:
+    """The fastest acting path of `network`: compiled for the two-tier network, torch's
+    forward for the others."""
+    return TwoTierActor(network) if isinstance(network, TwoTier) else TorchActor(network)
+
+
+def uniforms(shape: tuple[int, int], generator: torch.Generator) -> np.ndarray:
+    """The uniforms of one decision, from the learner's torch generator (its saved state
+    covers them, so a resumed learner draws the same)."""
+    return torch.rand(shape, generator=generator).numpy()

@@ -1,0 +1,220 @@
+"""The two-tier network's acting arithmetic, compiled with numba (no torch).
+
+`policies/acting.py` wraps it for a torch network: why it exists and what it must equal
+is written there. It is a module of its own so that a process that only prepares a run
+(`fedmc run`, before Flower starts the clients) can compile it into the shared cache
+without importing torch (`warm_cache`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from fedmc_flwr.policies.normalisers import OBS_CLIP
+from fedmc_flwr.sim import compile_cache
+from fedmc_flwr.sim.layout import EXPECTED_DELAY, GLOBAL_WIDTH, NODE_WIDTH
+
+compile_cache.install()  # before the first @njit: numba picks the cache locator then
+
+MASKED_LOGIT = -1e8
+"""Logit of a masked action: its probability is exactly 0 and its entropy term 0, never NaN."""
+ROW_WIDTH = NODE_WIDTH + GLOBAL_WIDTH
+"""A node's row as a per-node network reads it: its features, then the global ones."""
+SUMMARY_WIDTH = NODE_WIDTH + 2 + GLOBAL_WIDTH
+"""A region's summary row: its nodes' mean features, least valid expected delay, valid
+share, then the global features."""
+_LAYER_MATHS = {"contract", "reassoc", "nsz", "arcp"}
+"""Fast-math flags of the layers' dot products: reassociation lets LLVM vectorise them.
+No 'nnan' or 'ninf': masked scores and the noise's logarithm may be infinite."""
+
+
+@njit(cache=True, inline="always")
+def _standardise(value: float, shift: float, scale: float) -> np.float32:
+    return np.float32(min(max((value - shift) * scale, -OBS_CLIP), OBS_CLIP))
+
+
+@njit(cache=True, fastmath=_LAYER_MATHS)
+def scores(x, params, layers):
+    """A scorer on every column of `x` (`[in, M]`, feature-major): ReLU layers, then a
+    linear score, `[M]`. `layers` rows are `(weights' offset, in, out, bias offset)` into
+    `params`, weights `[in, out]`. Feature-major, the innermost loop runs over the M rows
+    of the batch, long and contiguous, which the compiler vectorises; a row at a time it
+    would run over 32 outputs only."""
+    columns = x.shape[1]
+    inp = x
+    for layer in range(len(layers)):
+        start, fan_in, fan_out, bias = layers[layer]
+        w = params[start : start + fan_in * fan_out].reshape(fan_in, fan_out)
+        out = np.empty((fan_out, columns), dtype=np.float32)
+        for j in range(fan_out):
+            row = out[j]
+            row[:] = params[bias + j]
+            for k in range(fan_in):
+                weight, src = w[k, j], inp[k]
+                for i in range(columns):
+                    row[i] += weight * src[i]
+            if layer < len(layers) - 1:
+                for i in range(columns):
+                    row[i] = max(row[i], np.float32(0.0))
+        inp = out
+    return inp[0]
+
+
+@njit(cache=True)
+def _sample(logits, allowed, noise, greedy, logp):
+    """Masked log-softmax of one env's `logits` into `logp`, then the Gumbel-max sample
+    (the torch path's draw: `logp - log(-log(noise))`), or the argmax when greedy."""
+    top = -np.inf
+    for i in range(len(logits)):
+        logp[i] = logits[i] if allowed[i] else np.float32(MASKED_LOGIT)
+        top = max(top, logp[i])
+    total = 0.0
+    for i in range(len(logits)):
+        total += np.exp(np.float64(logp[i] - top))
+    log_total = np.float32(np.log(total))
+    best, best_key = 0, -np.inf
+    for i in range(len(logits)):
+        logp[i] = logp[i] - top - log_total
+        key = logp[i] if greedy else logp[i] - np.log(-np.log(noise[i]))
+        if key > best_key:
+            best, best_key = i, key
+    return best
+
+
+@njit(cache=True)
+def _summarise(obs, mask, shift, scale, nodes_per_region, x, summaries, valid):
+    """Normalise every node row into `x` (`[B, nodes, NODE_WIDTH]`) and write each
+    region's summary and valid flag (`TwoTier.summaries`: mean features, least valid
+    expected delay, valid share, globals) into `summaries` (`[B, R, SUMMARY_WIDTH]`).
+    Returns the summaries feature-major (`[SUMMARY_WIDTH, B * R]`), as `_scores` reads."""
+    batch, num_nodes = mask.shape
+    regions = num_nodes // nodes_per_region
+    flat = num_nodes * NODE_WIDTH
+    columns = np.empty((SUMMARY_WIDTH, batch * regions), dtype=np.float32)
+    for b in range(batch):
+        for i in range(num_nodes):
+            for f in range(NODE_WIDTH):
+                x[b, i, f] = _standardise(obs[b, i * NODE_WIDTH + f], shift[f], scale[f])
+        for r in range(regions):
+            row = summaries[b, r]
+            row[:NODE_WIDTH] = 0.0
+            least = np.float32(np.inf)
+            live = 0
+            for n in range(nodes_per_region):
+                i = r * nodes_per_region + n
+                for f in range(NODE_WIDTH):
+                    row[f] += x[b, i, f]
+                if mask[b, i]:
+                    live += 1
+                    least = min(least, x[b, i, EXPECTED_DELAY])
+            for f in range(NODE_WIDTH):
+                row[f] /= np.float32(nodes_per_region)
+            valid[b, r] = live > 0
+            row[NODE_WIDTH] = least if live > 0 else np.float32(0.0)
+            row[NODE_WIDTH + 1] = np.float32(live) / np.float32(nodes_per_region)
+            for g in range(GLOBAL_WIDTH):
+                f = NODE_WIDTH + g
+                row[NODE_WIDTH + 2 + g] = _standardise(obs[b, flat + g], shift[f], scale[f])
+            columns[:, b * regions + r] = row
+    return columns
+
+
+@njit(cache=True)
+def _critic(summaries, params, layers):
+    """`[B]` values: the critic on the regions' mean summary (`TwoTier._value`)."""
+    batch, regions = summaries.shape[:2]
+    pooled = np.zeros((SUMMARY_WIDTH, batch), dtype=np.float32)
+    for b in range(batch):
+        for r in range(regions):
+            pooled[:, b] += summaries[b, r]
+        pooled[:, b] /= np.float32(regions)
+    return scores(pooled, params, layers)
+
+
+@njit(cache=True)
+def decide(
+    obs,
+    mask,
+    shift,
+    scale,
+    nodes_per_region,
+    params,
+    region_layers,
+    node_layers,
+    critic_layers,
+    noise,
+    greedy,
+    action,
+    logprob,
+    value,
+    summaries,
+    valid,
+    rows,
+    node_mask,
+):
+    """Every env's decision, tier by tier over the whole batch (see the module
+    docstring); writes the output arrays."""
+    batch, num_nodes = mask.shape
+    n = nodes_per_region
+    regions = num_nodes // n
+    x = np.empty((batch, num_nodes, NODE_WIDTH), dtype=np.float32)
+    columns = _summarise(obs, mask, shift, scale, n, x, summaries, valid)
+    region_scores = scores(columns, params, region_layers).reshape(batch, regions)
+    region_logp = np.empty((batch, regions), dtype=np.float32)
+    chosen = np.empty(batch, dtype=np.int64)
+    node_columns = np.empty((ROW_WIDTH, batch * n), dtype=np.float32)
+    for b in range(batch):
+        region = _sample(region_scores[b], valid[b], noise[b, :regions], greedy, region_logp[b])
+        chosen[b] = region
+        for j in range(n):
+            row = rows[b, j]
+            row[:NODE_WIDTH] = x[b, region * n + j]
+            row[NODE_WIDTH:] = summaries[b, region, NODE_WIDTH + 2 :]
+            node_mask[b, j] = mask[b, region * n + j]
+            node_columns[:, b * n + j] = row
+    node_scores = scores(node_columns, params, node_layers).reshape(batch, n)
+    node_logp = np.empty(n, dtype=np.float32)
+    for b in range(batch):
+        node = _sample(node_scores[b], node_mask[b], noise[b, regions:], greedy, node_logp)
+        action[b] = chosen[b] * n + node
+        logprob[b] = region_logp[b, chosen[b]] + node_logp[node]
+    value[:] = _critic(summaries, params, critic_layers)
+
+
+@njit(cache=True)
+def values(obs, mask, shift, scale, nodes_per_region, params, layers, summaries, valid):
+    batch, num_nodes = mask.shape
+    x = np.empty((batch, num_nodes, NODE_WIDTH), dtype=np.float32)
+    _summarise(obs, mask, shift, scale, nodes_per_region, x, summaries, valid)
+    return _critic(summaries, params, layers)
+
+
+def warm_cache() -> None:
+    """Compile (or load from the cache) every kernel of the acting path, in this process:
+    a driver that calls it before starting the clients leaves them a full cache."""
+    from fedmc_flwr.policies.moments import Moments
+
+    regions, nodes, hidden = 2, 2, 2
+    obs = np.zeros((1, regions * nodes * NODE_WIDTH + GLOBAL_WIDTH), dtype=np.float32)
+    mask = np.ones((1, regions * nodes), dtype=np.bool_)
+    shift, scale = np.zeros(NODE_WIDTH + GLOBAL_WIDTH), np.ones(NODE_WIDTH + GLOBAL_WIDTH)
+    params = np.zeros(64, dtype=np.float32)
+    layers = np.array([[0, SUMMARY_WIDTH, hidden, 0], [0, hidden, 1, 0]], dtype=np.int64)
+    summaries = np.empty((1, regions, SUMMARY_WIDTH), dtype=np.float32)
+    valid = np.empty((1, regions), dtype=np.bool_)
+    rows = np.empty((1, nodes, ROW_WIDTH), dtype=np.float32)
+    outputs = (
+        np.empty(1, dtype=np.int64),
+        np.empty(1, dtype=np.float32),
+        np.empty(1, dtype=np.float32),
+        summaries,
+        valid,
+        rows,
+        np.empty((1, nodes), dtype=np.bool_),
+    )
+    noise = np.full((1, regions + nodes), 0.5, dtype=np.float32)
+    weights = (params, layers, layers, layers)
+    decide(obs, mask, shift, scale, nodes, *weights, noise, False, *outputs)
+    values(obs, mask, shift, scale, nodes, params, layers, summaries, valid)
+    Moments.of(np.zeros((2, 1))).merge(Moments.of(np.ones((2, 1))))
