@@ -215,6 +215,24 @@ POLICY_KINDS = ("two-tier", "mlp", "node-scorer")
 """The networks `ppo.policy` may name (`policies/networks.py` builds them)."""
 SIZE_AGNOSTIC_POLICIES = ("two-tier", "node-scorer")
 """The networks whose parameters fit an estate of any shape."""
+DISPATCHER_NAMES = (
+    "random",
+    "round-robin",
+    "jsq",
+    "two-tier",
+    "power-of-2",
+    "sed",
+    "cheapest-region",
+    "greenest-region",
+    "myopic-expected",
+    "myopic-oracle",
+)
+"""Every dispatcher of `policies/heuristics.py`, in its registry's order (a test holds the
+two equal)."""
+ORACLE_NAMES = ("myopic-oracle",)
+"""The dispatchers that read what the observation hides: references, never competitors."""
+IMITATION_TEACHERS = tuple(name for name in DISPATCHER_NAMES if name not in ORACLE_NAMES)
+"""The dispatchers `ppo.imitation_teacher` may name: a teacher reads only the observation."""
 
 
 @dataclass
@@ -261,6 +279,20 @@ class PPOConfig:
     their summaries, Tier 2 the chosen region's nodes), 'mlp' (flat MLPs over the whole
     estate, one estate shape) or 'node-scorer' (a shared per-node encoder and pooled
     estate context). Only the mlp's parameters depend on the estate's size."""
+    imitation_steps: int = 0
+    """The first this many steps per env of a learner's first round imitate
+    `imitation_teacher`: the teacher dispatches the learner's worlds, the actor learns its
+    choices (cross-entropy) and the critic their values, in `update_epochs` passes per
+    rollout; PPO takes the round's other steps. Only a learner that starts from scratch
+    imitates (round 1 of a federation, a local learner's first round), never one that
+    starts from the federation's weights (a late region). 0 turns it off."""
+    imitation_teacher: str = "sed"
+    """The dispatcher a learner imitates (`policies/heuristics.py`; not an oracle, which
+    reads what the observation hides)."""
+    privileged_critic: bool = False
+    """The critic also reads what the simulation knows and the observation does not (the
+    waiting job's true size, exact backlogs: `policies/privileged.py`); the actor, which
+    is exported and deployed, reads the observation alone. Two-tier network only."""
 
 
 @dataclass
@@ -472,6 +504,11 @@ _RANGES: dict[str, _Check] = {
     "ppo.scorer_depth": (lambda v: 1 <= v <= 16, "an integer from 1 to 16"),
     "ppo.episode_steps": (_positive, "an integer > 0"),
     "ppo.torch_threads": (_positive, "an integer > 0"),
+    "ppo.imitation_steps": (_non_negative, "an integer >= 0"),
+    "ppo.imitation_teacher": (
+        lambda v: v in IMITATION_TEACHERS,
+        " or ".join(map(repr, IMITATION_TEACHERS)),
+    ),
     "ppo.policy": (lambda v: v in POLICY_KINDS, " or ".join(map(repr, POLICY_KINDS))),
     "train.rounds": (_positive, "an integer > 0"),
     "train.steps_per_round": (_positive, "an integer > 0"),
@@ -633,6 +670,12 @@ def _check_ranges(cfg: DictConfig, source: str) -> None:
     _check_region_lists(cfg, source)
     _check_region_estates(cfg, source)
     _check_traces(cfg, source)
+    _check_teacher(cfg, source)
+    if cfg.ppo.privileged_critic and cfg.ppo.policy != "two-tier":
+        raise ConfigError(
+            f"{source}: ppo.privileged_critic = true is not allowed with ppo.policy = "
+            f"'{cfg.ppo.policy}'; expected ppo.policy 'two-tier' (or privileged_critic false)"
+        )
     if cfg.ppo.num_envs * cfg.ppo.rollout_steps < cfg.ppo.num_minibatches:
         raise ConfigError(
             f"{source}: ppo.num_minibatches = {cfg.ppo.num_minibatches} is not allowed; "
@@ -640,6 +683,15 @@ def _check_ranges(cfg: DictConfig, source: str) -> None:
         )
     _check_size(cfg, source)
     _check_federation(cfg, source)
+
+
+def _check_teacher(cfg: DictConfig, source: str) -> None:
+    """The imitation fits in the learner's first round."""
+    if cfg.ppo.imitation_steps > cfg.train.steps_per_round:
+        raise ConfigError(
+            f"{source}: ppo.imitation_steps = {cfg.ppo.imitation_steps} is not allowed; "
+            f"expected at most train.steps_per_round ({cfg.train.steps_per_round})"
+        )
 
 
 def _check_region_lists(cfg: DictConfig, source: str) -> None:

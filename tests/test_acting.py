@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -20,8 +21,8 @@ from fedmc_flwr.policies.normalisers import ObservationNorm, standardise
 from fedmc_flwr.policies.ppo import TRAIN_METRICS, PPOLearner
 from fedmc_flwr.sim.layout import GLOBAL_WIDTH, NODE_WIDTH
 
-CASES = ((3, 6, 32, 2), (2, 3, 16, 1), (5, 4, 8, 3), (1, 7, 32, 2))
-"""regions, nodes per region, width, scorer depth"""
+CASES = ((3, 6, 32, 2, 0), (2, 3, 16, 1, 0), (5, 4, 8, 3, 0), (1, 7, 32, 2, 0), (3, 6, 32, 2, 4))
+"""regions, nodes per region, width, scorer depth, privileged critic inputs"""
 
 
 def _raw_batch(regions: int, nodes: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -44,27 +45,31 @@ def _affine(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return norm.feature_affine()
 
 
-def _network(regions: int, nodes: int, width: int, depth: int, seed: int) -> TwoTier:
+def _network(
+    regions: int, nodes: int, width: int, depth: int, seed: int, privileged: int = 0
+) -> TwoTier:
     torch.manual_seed(seed)
-    network = TwoTier(width, nodes, depth)
+    network = TwoTier(width, nodes, depth, privileged)
     with torch.no_grad():  # biases away from their zero start, so every term is tested
         for p in network.parameters():
             p.add_(0.1 * torch.randn(p.shape))
     return network
 
 
-@pytest.mark.parametrize(("regions", "nodes", "width", "depth"), CASES)
+@pytest.mark.parametrize(("regions", "nodes", "width", "depth", "privileged"), CASES)
 def test_compiled_decision_equals_the_torch_networks(
-    regions: int, nodes: int, width: int, depth: int
+    regions: int, nodes: int, width: int, depth: int, privileged: int
 ) -> None:
-    network = _network(regions, nodes, width, depth, seed=regions)
+    network = _network(regions, nodes, width, depth, seed=regions, privileged=privileged)
     raw, mask = _raw_batch(regions, nodes, seed=depth)
     affine = _affine(raw)
+    hidden = np.random.default_rng(0).normal(size=(len(raw), privileged)).astype(np.float32)
+    hidden = hidden if privileged else None
     compiled, reference = TwoTierActor(network), TorchActor(network)
     assert compiled.noise_width(regions * nodes) == reference.noise_width(regions * nodes)
     noise = uniforms((len(raw), compiled.noise_width(regions * nodes)), torch.Generator())
-    fast = compiled.decide(raw, mask, affine, noise)
-    ref = reference.decide(raw, mask, affine, noise)
+    fast = compiled.decide(raw, mask, affine, noise, hidden)
+    ref = reference.decide(raw, mask, affine, noise, hidden)
     np.testing.assert_array_equal(fast.action, ref.action)
     assert mask[np.arange(len(raw)), fast.action].all()
     np.testing.assert_allclose(fast.logprob, ref.logprob, rtol=0, atol=2e-5)
@@ -77,7 +82,10 @@ def test_compiled_decision_equals_the_torch_networks(
         compiled.greedy(raw, mask, affine), reference.greedy(raw, mask, affine)
     )
     np.testing.assert_allclose(
-        compiled.value(raw, mask, affine), reference.value(raw, mask, affine), atol=2e-5
+        compiled.value(raw, mask, affine, hidden),
+        reference.value(raw, mask, affine, hidden),
+        rtol=1e-5,
+        atol=2e-5,
     )
 
 
@@ -100,10 +108,13 @@ def test_compiled_samples_follow_the_networks_distribution_and_never_a_masked_ac
     np.testing.assert_allclose(freq, joint, atol=0.01, rtol=0)
 
 
-def test_a_learners_rollout_stores_what_its_update_reads_back() -> None:
+@pytest.mark.parametrize("privileged_critic", [False, True])
+def test_a_learners_rollout_stores_what_its_update_reads_back(privileged_critic: bool) -> None:
     """The update re-scores the stored inputs with torch: its log-probabilities and values
     at the weights the rollout acted with are the rollout's own (PPO's first ratio is 1)."""
-    learner = PPOLearner(small_cfg("two-tier", 3, 4), [0, 1, 2], seed=0)
+    cfg = small_cfg("two-tier", 3, 4)
+    cfg = replace(cfg, ppo=replace(cfg.ppo, privileged_critic=privileged_critic))
+    learner = PPOLearner(cfg, [0, 1, 2], seed=0)
     learner.train_round(16)  # one update, so the weights are not the initial ones
     learner.norm.update(learner.obs)
     rollout = learner._collect(16, np.zeros(len(TRAIN_METRICS)))
@@ -111,6 +122,7 @@ def test_a_learners_rollout_stores_what_its_update_reads_back() -> None:
         logp, _, values = learner.model.evaluate(rollout, rollout["actions"])
     torch.testing.assert_close(logp, rollout["logprobs"], rtol=0, atol=2e-5)
     torch.testing.assert_close(values, rollout["values"], rtol=1e-5, atol=2e-5)
+    assert ("privileged" in rollout) == privileged_critic
 
 
 def test_the_learner_and_its_greedy_policy_act_through_the_compiled_path() -> None:

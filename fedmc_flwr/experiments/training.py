@@ -142,7 +142,7 @@ def train(cfg: ExperimentConfig, mode: str, *, overwrite: bool = True) -> Path:
                 continue  # its region has not joined yet
             steps = steps_per_env if mode == "centralised" else region_steps(cfg, k)
             start = time.perf_counter()
-            stats = learner.train_round(steps)
+            stats = learner.train_round(steps, imitate=learner.global_step == 0)
             wall = time.perf_counter() - start
             row = {**key, "round": rnd, "phase": "train", "client": client, "policy": policy}
             steps = int(stats["env_steps"])

@@ -100,7 +100,11 @@ def train_region(
     adopt_global(learner, weights, cfg.federation, has_own=bool(earlier))
     start = time.perf_counter()
     stats: dict[str, Scalar] = {
-        **learner.train_round(region_steps(cfg, region), proximal_mu=cfg.federation.proximal_mu),
+        **learner.train_round(
+            region_steps(cfg, region),
+            proximal_mu=cfg.federation.proximal_mu,
+            imitate=server_round == 1,  # only the untrained first global weights
+        ),
         **wire.updates_metrics(learner.updates),
     }
     stats["wall_time_s"] = time.perf_counter() - start

@@ -27,6 +27,7 @@ from fedmc_flwr.config import ExperimentConfig, load_config
 from fedmc_flwr.errors import InputError
 from fedmc_flwr.integrations.extras import require
 from fedmc_flwr.outputs import output_file
+from fedmc_flwr.policies import privileged
 from fedmc_flwr.policies.checkpoints import read_checkpoint, run_config
 from fedmc_flwr.policies.moments import MOMENT_ARRAYS, Moments
 from fedmc_flwr.policies.networks import (
@@ -256,6 +257,7 @@ def load_network(
         cfg.ppo.hidden_size,
         spec.nodes_per_region,
         cfg.ppo.scorer_depth,
+        privileged.width(cfg.ppo),
     )
     params = list(network.parameters())
     expected = len(params) + 2 * MOMENT_ARRAYS

@@ -35,6 +35,9 @@ from fedmc_flwr.policies.normalisers import Affine, standardise
 from fedmc_flwr.policies.two_tier_kernels import SUMMARY_WIDTH
 from fedmc_flwr.sim.layout import GLOBAL_WIDTH, NODE_WIDTH
 
+Array = np.ndarray
+Maybe = np.ndarray | None
+
 
 class Decision(NamedTuple):
     """One batched decision of the compiled path: numpy arrays, batch first."""
@@ -77,6 +80,7 @@ class TwoTierActor:
 
     def __init__(self, network: TwoTier) -> None:
         self.nodes_per_region = network.nodes_per_region
+        self.privileged = network.privileged
         scorers = [network.region_scorer, network.node_scorer, network.critic]
         self._params, (self._region, self._node, self._critic) = _pack(scorers)
 
@@ -91,25 +95,41 @@ class TwoTierActor:
         return summaries, np.empty((batch, regions), dtype=np.bool_)
 
     def decide(
-        self, obs: np.ndarray, mask: np.ndarray, affine: Affine, noise: np.ndarray
+        self, obs: Array, mask: Array, affine: Affine, noise: Array,
+        hidden: Maybe = None, teacher: Maybe = None,
     ) -> Decision:
         """A sample of every env's action, drawn with `noise` (`[B, noise_width]`
-        uniforms); `affine` is the normaliser's per-feature `(shift, scale)`."""
-        return self._run(obs, mask, affine, noise)
+        uniforms); `affine` is the normaliser's per-feature `(shift, scale)`;
+        `hidden` what a privileged critic reads (`[B, P]`); `teacher` actions to take
+        instead of drawing, scored as if drawn."""
+        return self._run(obs, mask, affine, noise, hidden, teacher)
 
-    def greedy(self, obs: np.ndarray, mask: np.ndarray, affine: Affine) -> np.ndarray:
+    def greedy(self, obs: Array, mask: Array, affine: Affine) -> Array:
         """Every env's most probable region, then that region's most probable node."""
-        return self._run(obs, mask, affine, None).action
+        return self._run(obs, mask, affine, None, None, None).action
+
+    def _critic_inputs(self, batch: int, hidden: Maybe) -> Array:
+        """The `[B, P]` privileged inputs as the kernels read them (zeros where the caller
+        needs no value, as the greedy act)."""
+        if hidden is None:
+            return np.zeros((batch, self.privileged), dtype=np.float32)
+        return np.ascontiguousarray(hidden, dtype=np.float32)
 
     def _run(
-        self, obs: np.ndarray, mask: np.ndarray, affine: Affine, noise: np.ndarray | None
+        self,
+        obs: np.ndarray,
+        mask: np.ndarray,
+        affine: Affine,
+        noise: np.ndarray | None,
+        hidden: Maybe,
+        teacher: Maybe,
     ) -> Decision:
         batch, num_nodes = mask.shape
         n = self.nodes_per_region
         summaries, valid = self._buffers(batch, num_nodes)
         rows = np.empty((batch, n, NODE_WIDTH + GLOBAL_WIDTH), dtype=np.float32)
         node_mask = np.empty((batch, n), dtype=np.bool_)
-        action = np.empty(batch, dtype=np.int64)
+        action = np.empty(batch, dtype=np.int64) if teacher is None else teacher.astype(np.int64)
         logprob = np.empty(batch, dtype=np.float32)
         value = np.empty(batch, dtype=np.float32)
         greedy = noise is None
@@ -118,17 +138,21 @@ class TwoTierActor:
         shift, scale = affine
         outputs = (action, logprob, value, summaries, valid, rows, node_mask)
         weights = (self._params, self._region, self._node, self._critic)
-        kernels.decide(obs, mask, shift, scale, n, *weights, noise, greedy, *outputs)
+        critic_inputs = self._critic_inputs(batch, hidden)
+        flags = (greedy, teacher is not None)
+        kernels.decide(obs, mask, shift, scale, n, *weights, noise, *flags, critic_inputs, *outputs)
         inputs = {"summaries": summaries, "valid": valid, "rows": rows, "node_mask": node_mask}
+        if self.privileged:
+            inputs["privileged"] = critic_inputs
         return Decision(action, logprob, value, inputs)
 
-    def value(self, obs: np.ndarray, mask: np.ndarray, affine: Affine) -> np.ndarray:
+    def value(self, obs: Array, mask: Array, affine: Affine, hidden: Maybe = None) -> Array:
         """`[B]` critic values (float32)."""
         batch, num_nodes = mask.shape
         summaries, valid = self._buffers(batch, num_nodes)
         shift, scale = affine
         n = self.nodes_per_region
-        critic = (self._params, self._critic)
+        critic = (self._params, self._critic, self._critic_inputs(batch, hidden))
         return kernels.values(obs, mask, shift, scale, n, *critic, summaries, valid)
 
 
@@ -144,22 +168,28 @@ class TorchActor:
 
     @torch.inference_mode()
     def decide(
-        self, obs: np.ndarray, mask: np.ndarray, affine: Affine, noise: np.ndarray
+        self, obs: Array, mask: Array, affine: Affine, noise: Array,
+        hidden: Maybe = None, teacher: Maybe = None,
     ) -> Decision:
         x, m = torch.from_numpy(standardise(obs, affine)), torch.from_numpy(mask)
-        step = self.network.sample(x, m, torch.from_numpy(noise))
+        forced = None if teacher is None else torch.from_numpy(teacher.astype(np.int64))
+        step = self.network.sample(x, m, torch.from_numpy(noise), _tensor(hidden), forced)
         inputs = {key: value.numpy() for key, value in step.inputs.items()}
         return Decision(step.action.numpy(), step.logprob.numpy(), step.value.numpy(), inputs)
 
     @torch.inference_mode()
-    def greedy(self, obs: np.ndarray, mask: np.ndarray, affine: Affine) -> np.ndarray:
+    def greedy(self, obs: Array, mask: Array, affine: Affine) -> Array:
         x = torch.from_numpy(standardise(obs, affine))
         return self.network.greedy(x, torch.from_numpy(mask)).numpy()
 
     @torch.inference_mode()
-    def value(self, obs: np.ndarray, mask: np.ndarray, affine: Affine) -> np.ndarray:
+    def value(self, obs: Array, mask: Array, affine: Affine, hidden: Maybe = None) -> Array:
         x = torch.from_numpy(standardise(obs, affine))
-        return self.network.value(x, torch.from_numpy(mask)).numpy()
+        return self.network.value(x, torch.from_numpy(mask), _tensor(hidden)).numpy()
+
+
+def _tensor(array: np.ndarray | None) -> torch.Tensor | None:
+    return None if array is None else torch.from_numpy(np.asarray(array, dtype=np.float32))
 
 
 Actor = TwoTierActor | TorchActor

@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-from torch import nn
+from torch import Tensor, nn
 from torch.nn import functional as F
 
 from fedmc_flwr.config import POLICY_KINDS
@@ -45,6 +45,7 @@ from fedmc_flwr.sim.layout import EXPECTED_DELAY, GLOBAL_WIDTH, NODE_WIDTH
 
 KINDS = POLICY_KINDS
 
+Maybe = Tensor | None
 Inputs = dict[str, torch.Tensor]
 """What a rollout stores of one step for the update, batch first."""
 
@@ -98,8 +99,12 @@ class ActorCritic(nn.Module):
         """Uniforms `sample` reads per env, for an estate of `num_actions` nodes."""
         raise NotImplementedError
 
-    def sample(self, obs: torch.Tensor, mask: torch.Tensor, noise: torch.Tensor) -> Step:
-        """A rollout step, drawn with `noise`: `[B, noise_width]` uniforms in [0, 1)."""
+    def sample(
+        self, obs: Tensor, mask: Tensor, noise: Tensor, hidden: Maybe = None, teacher: Maybe = None
+    ) -> Step:
+        """A rollout step, drawn with `noise`: `[B, noise_width]` uniforms in [0, 1).
+        `hidden`: what a privileged critic reads beside the observation (`[B, P]`);
+        `teacher`: actions to take instead of drawing (a teacher's), scored as if drawn."""
         raise NotImplementedError
 
     def evaluate(
@@ -108,7 +113,7 @@ class ActorCritic(nn.Module):
         """(log-probabilities of `actions`, entropies, values) of stored inputs, `[B]` each."""
         raise NotImplementedError
 
-    def value(self, obs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def value(self, obs: Tensor, mask: Tensor, hidden: Maybe = None) -> Tensor:
         """`[B]` values of a batch (the mask is part of what the two-tier critic reads)."""
         raise NotImplementedError
 
@@ -143,11 +148,13 @@ class FlatActorCritic(ActorCritic):
     def noise_width(self, num_actions: int) -> int:
         return num_actions
 
-    def sample(self, obs: torch.Tensor, mask: torch.Tensor, noise: torch.Tensor) -> Step:
+    def sample(
+        self, obs: Tensor, mask: Tensor, noise: Tensor, hidden: Maybe = None, teacher: Maybe = None
+    ) -> Step:
         logits, values = self(obs)
         logits = logits.masked_fill(~mask, MASKED_LOGIT)
         logp_all = torch.log_softmax(logits, dim=-1)
-        action = _gumbel_argmax(logits, noise)
+        action = _gumbel_argmax(logits, noise) if teacher is None else teacher
         return Step(action, _pick(logp_all, action), values, {"obs": obs, "mask": mask})
 
     def evaluate(
@@ -157,7 +164,7 @@ class FlatActorCritic(ActorCritic):
         logp_all = torch.log_softmax(logits.masked_fill(~inputs["mask"], MASKED_LOGIT), dim=-1)
         return _pick(logp_all, actions), _entropy(logp_all), values
 
-    def value(self, obs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def value(self, obs: Tensor, mask: Tensor, hidden: Maybe = None) -> Tensor:
         return self(obs)[1]
 
     def greedy(self, obs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -254,12 +261,16 @@ class TwoTier(ActorCritic):
     the module docstring. `nodes_per_region` is the estate's shape, not a parameter: the
     same weights serve an estate of any shape."""
 
-    def __init__(self, hidden: int, nodes_per_region: int, depth: int = 2) -> None:
+    def __init__(
+        self, hidden: int, nodes_per_region: int, depth: int = 2, privileged: int = 0
+    ) -> None:
         super().__init__()
         self.nodes_per_region = nodes_per_region
+        self.privileged = privileged
+        """Width of what the critic reads beyond the observation (0: nothing)."""
         self.region_scorer = _scorer(SUMMARY_WIDTH, hidden, 0.01, depth)
         self.node_scorer = _scorer(ROW_WIDTH, hidden, 0.01, depth)
-        self.critic = _scorer(SUMMARY_WIDTH, hidden, 1.0)
+        self.critic = _scorer(SUMMARY_WIDTH + privileged, hidden, 1.0)
 
     def on_estate(self, nodes_per_region: int) -> TwoTier:
         twin = copy.copy(self)
@@ -309,27 +320,41 @@ class TwoTier(ActorCritic):
         logits = self.node_scorer(rows).squeeze(-1)
         return torch.log_softmax(logits.masked_fill(~mask, MASKED_LOGIT), dim=-1)
 
-    def _value(self, summaries: torch.Tensor) -> torch.Tensor:
-        """The critic reads the regions' mean summary: one row a state on any estate."""
-        return self.critic(pool(summaries)).reshape(-1)
+    def _value(self, summaries: torch.Tensor, privileged: torch.Tensor | None) -> torch.Tensor:
+        """The critic reads the regions' mean summary: one row a state on any estate; a
+        privileged critic reads what the simulation knows beside it."""
+        pooled = pool(summaries)
+        if self.privileged:
+            if privileged is None:
+                raise ValueError("this network's critic reads privileged inputs; none given")
+            pooled = torch.cat([pooled, privileged.unsqueeze(-2)], dim=-1)
+        return self.critic(pooled).reshape(-1)
 
     def noise_width(self, num_actions: int) -> int:
         """One uniform per region, then one per node of the chosen region."""
         return num_actions // self.nodes_per_region + self.nodes_per_region
 
-    def sample(self, obs: torch.Tensor, mask: torch.Tensor, noise: torch.Tensor) -> Step:
+    def sample(
+        self, obs: Tensor, mask: Tensor, noise: Tensor, hidden: Maybe = None, teacher: Maybe = None
+    ) -> Step:
         estate = self.estate(obs, mask)
         summaries, valid = self.summaries(estate)
         region_logp = self._region_logp(summaries, valid)
         regions = region_logp.shape[-1]
         region = _gumbel_argmax(region_logp, noise[:, :regions])
+        if teacher is not None:
+            region = teacher // self.nodes_per_region
         rows, node_mask = self.region_rows(estate, region)
         node_logp = self._node_logp(rows, node_mask)
         node = _gumbel_argmax(node_logp, noise[:, regions:])
+        if teacher is not None:
+            node = teacher % self.nodes_per_region
         logprob = _pick(region_logp, region) + _pick(node_logp, node)
         inputs = {"summaries": summaries, "valid": valid, "rows": rows, "node_mask": node_mask}
+        if self.privileged:
+            inputs["privileged"] = hidden
         action = region * self.nodes_per_region + node
-        return Step(action, logprob, self._value(summaries), inputs)
+        return Step(action, logprob, self._value(summaries, hidden), inputs)
 
     def evaluate(
         self, inputs: Inputs, actions: torch.Tensor
@@ -342,10 +367,10 @@ class TwoTier(ActorCritic):
         region, node = actions // self.nodes_per_region, actions % self.nodes_per_region
         logprob = _pick(region_logp, region) + _pick(node_logp, node)
         entropy = _entropy(region_logp) + _entropy(node_logp)
-        return logprob, entropy, self._value(inputs["summaries"])
+        return logprob, entropy, self._value(inputs["summaries"], inputs.get("privileged"))
 
-    def value(self, obs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return self._value(self.summaries(self.estate(obs, mask))[0])
+    def value(self, obs: Tensor, mask: Tensor, hidden: Maybe = None) -> Tensor:
+        return self._value(self.summaries(self.estate(obs, mask))[0], hidden)
 
     def greedy(self, obs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Tier by tier: the most probable region, then its most probable node."""
@@ -374,10 +399,14 @@ def build_network(
     hidden: int,
     nodes_per_region: int,
     scorer_depth: int = 2,
+    privileged: int = 0,
 ) -> ActorCritic:
-    """The network `ppo.policy` names, for an estate of this observation and action size."""
+    """The network `ppo.policy` names, for an estate of this observation and action size;
+    `privileged`: the width of what its critic reads beyond the observation (two-tier)."""
+    if privileged and kind != "two-tier":
+        raise ValueError(f"only the two-tier network has a privileged critic, not {kind!r}")
     if kind == "two-tier":
-        return TwoTier(hidden, nodes_per_region, scorer_depth)
+        return TwoTier(hidden, nodes_per_region, scorer_depth, privileged)
     if kind == "mlp":
         return FlatMLP(obs_dim, num_actions, hidden)
     if kind == "node-scorer":

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -32,8 +32,11 @@ import torch
 from torch import nn
 
 from fedmc_flwr.config import ExperimentConfig, PPOConfig, learner_world, planned_steps
+from fedmc_flwr.policies import privileged
 from fedmc_flwr.policies.acting import actor_of, uniforms
+from fedmc_flwr.policies.base import Policy
 from fedmc_flwr.policies.flat_adam import FlatAdam
+from fedmc_flwr.policies.heuristics import DISPATCHERS
 from fedmc_flwr.policies.moments import MOMENT_ARRAYS, Moments
 from fedmc_flwr.policies.networks import ActorCritic, build_network
 from fedmc_flwr.policies.normalisers import ObservationNorm, RunningNorm
@@ -124,6 +127,34 @@ def ppo_loss(
     return loss, stats
 
 
+LossFunction = Callable[
+    [ActorCritic, dict[str, torch.Tensor], PPOConfig], tuple[torch.Tensor, dict[str, float]]
+]
+"""A minibatch's loss and its `LOSS_METRICS` diagnostics."""
+
+
+def imitation_loss(
+    model: ActorCritic, batch: dict[str, torch.Tensor], ppo: PPOConfig
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Behaviour cloning of one minibatch: the teacher's actions' cross-entropy, beside
+    the value loss of the teacher's returns, so the critic starts where the actor does.
+    Its diagnostics fill `LOSS_METRICS`: the cross-entropy is the policy loss; no ratio
+    is taken (approx_kl and clipfrac are 0)."""
+    logp, entropy, values = model.evaluate(batch, batch["actions"])
+    nll = -logp.mean()
+    v_loss = 0.5 * (values - batch["returns"]).pow(2).mean()
+    loss = nll + ppo.vf_coef * v_loss
+    with torch.no_grad():
+        stats = {
+            "policy_loss": float(nll),
+            "value_loss": float(v_loss),
+            "entropy": float(entropy.mean()),
+            "approx_kl": 0.0,
+            "clipfrac": 0.0,
+        }
+    return loss, stats
+
+
 def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
     """1 - Var(returns - values) / Var(returns): how much of the return the critic explains."""
     var = float(returns.var())
@@ -202,10 +233,10 @@ class PPOLearner:
                 cfg.ppo.hidden_size,
                 self.sim.nodes_per_region,
                 cfg.ppo.scorer_depth,
+                privileged.width(cfg.ppo),
             )
         self.params = list(self.model.parameters())
         self.optimizer = FlatAdam(self.params, lr=self.ppo.learning_rate, eps=1e-5)
-
         self.norm = ObservationNorm()
         self.return_norm = RunningNorm(1)
         self.discounted = np.zeros(cfg.ppo.num_envs)
@@ -256,7 +287,12 @@ class PPOLearner:
 
     # --- training ---------------------------------------------------------------------
 
-    def train_round(self, steps_per_env: int, proximal_mu: float = 0.0) -> dict[str, float]:
+    def train_round(
+        self, steps_per_env: int, proximal_mu: float = 0.0, imitate: bool = False
+    ) -> dict[str, float]:
+        """`steps_per_env` steps in each world: PPO, after `ppo.imitation_steps` of
+        imitating `ppo.imitation_teacher` if `imitate` (a learner's first round from
+        scratch; see PPOConfig.imitation_steps)."""
         if steps_per_env <= 0:
             raise ValueError(f"steps_per_env must be > 0, got {steps_per_env}")
         if proximal_mu < 0:
@@ -271,12 +307,19 @@ class PPOLearner:
         ev_sum, ev_count = 0.0, 0
         done = 0
         self.updates = []
+        imitated = min(self.ppo.imitation_steps, steps_per_env) if imitate else 0
+        teacher = (
+            DISPATCHERS[self.ppo.imitation_teacher](self.sim, seed=self.seed) if imitated else None
+        )
         while done < steps_per_env:
-            length = min(self.ppo.rollout_steps, steps_per_env - done)
+            limit = imitated if done < imitated else steps_per_env
+            length = min(self.ppo.rollout_steps, limit - done)
             update_start = time.perf_counter()
             self._set_learning_rate(self.global_step // self.sim.num_envs + done)
-            rollout = self._collect(length, job_sums)
-            stats, n = self._update(rollout, anchor, proximal_mu)
+            imitating = done < imitated
+            rollout = self._collect(length, job_sums, teacher if imitating else None)
+            loss = imitation_loss if imitating else ppo_loss
+            stats, n = self._update(rollout, anchor, proximal_mu, loss)
             for name in LOSS_METRICS:
                 losses[name] += stats[name]
             updates += n
@@ -312,11 +355,13 @@ class PPOLearner:
             lr *= max(0.0, 1.0 - steps_done / self.planned)
         self.optimizer.lr = lr
 
-    def _collect(self, length: int, job_sums: np.ndarray) -> dict[str, torch.Tensor]:
-        """Run `length` batched steps through the network's acting path (`acting.py`);
-        store what the update needs, flattened to [T*B]: the network's own inputs of each
-        step (`ActorCritic.sample`) beside the actions, log-probabilities, values and
-        GAE's advantages and returns."""
+    def _collect(
+        self, length: int, job_sums: np.ndarray, teacher: Policy | None = None
+    ) -> dict[str, torch.Tensor]:
+        """Run `length` batched steps through the network's acting path (`acting.py`),
+        drawing each action, or taking the `teacher`'s; store what the update needs,
+        flattened to [T*B]: the network's own inputs of each step (`ActorCritic.sample`)
+        beside the actions, log-probabilities, values and GAE's advantages and returns."""
         b = self.sim.num_envs
         inputs: dict[str, np.ndarray] = {}
         act_buf = np.empty((length, b), dtype=np.int64)
@@ -327,10 +372,12 @@ class PPOLearner:
         bootstrap = np.zeros((length, b), dtype=np.float32)
         actor = actor_of(self.model)  # the weights the last update left
         noise_shape = (b, actor.noise_width(self.sim.num_actions))
+        hidden = self._privileged()
         for t in range(length):
             affine = self.norm.feature_affine()
             noise = uniforms(noise_shape, self.generator)
-            step = actor.decide(self.obs, self.mask, affine, noise)
+            forced = None if teacher is None else teacher.act(self.obs, self.mask)
+            step = actor.decide(self.obs, self.mask, affine, noise, hidden, forced)
             if not inputs:
                 inputs = {
                     key: np.empty((length, *value.shape), dtype=value.dtype)
@@ -348,12 +395,17 @@ class PPOLearner:
             self.obs, self.mask = result.obs, result.mask
             self.elapsed += 1
             ended = np.flatnonzero(self.elapsed >= self.ppo.episode_steps)
+            hidden = self._privileged()
             if len(ended):
-                bootstrap[t, ended] = actor.value(self.obs[ended], self.mask[ended], affine)
+                final = None if hidden is None else hidden[ended]
+                value = actor.value(self.obs[ended], self.mask[ended], affine, final)
+                bootstrap[t, ended] = value
                 cut_buf[t, ended] = True
                 self._restart(ended)
+                hidden = self._privileged()
             self.norm.update(self.obs)
-        val_buf[length] = actor.value(self.obs, self.mask, self.norm.feature_affine())
+        last = actor.value(self.obs, self.mask, self.norm.feature_affine(), hidden)
+        val_buf[length] = last
         values, cut = torch.from_numpy(val_buf), torch.from_numpy(cut_buf)
         next_values = torch.where(cut, torch.from_numpy(bootstrap), values[1:])
         advantages = gae(
@@ -376,6 +428,10 @@ class PPOLearner:
             "returns": (advantages + values[:length]).reshape(-1),
         }
 
+    def _privileged(self) -> np.ndarray | None:
+        """What a privileged critic reads of the worlds now (None without one)."""
+        return privileged.privileged_inputs(self.sim) if self.ppo.privileged_critic else None
+
     def _restart(self, envs: np.ndarray) -> None:
         """Start the listed envs' next episodes, each from its own fresh seed."""
         self.episodes[envs] += 1
@@ -391,9 +447,14 @@ class PPOLearner:
         return reward / np.sqrt(self.return_norm.total.var[0] + 1e-8)
 
     def _update(
-        self, rollout: dict[str, torch.Tensor], anchor: list[torch.Tensor], proximal_mu: float
+        self,
+        rollout: dict[str, torch.Tensor],
+        anchor: list[torch.Tensor],
+        proximal_mu: float,
+        loss_of: LossFunction = ppo_loss,
     ) -> tuple[dict[str, float], int]:
-        """PPO epochs over one rollout; returns summed diagnostics and the update count.
+        """Epochs of `loss_of` (PPO's, or imitation's) over one rollout; returns summed
+        diagnostics and the update count.
 
         Each epoch gathers the rollout once in its shuffled order and slices minibatches
         from it (views, no copy): the same minibatches as gathering each one by its
@@ -411,7 +472,7 @@ class PPOLearner:
                 torch.index_select(value, 0, order, out=shuffled[key])
             for lo in range(0, size - minibatch + 1, minibatch):
                 batch = {key: value[lo : lo + minibatch] for key, value in shuffled.items()}
-                loss, stats = ppo_loss(self.model, batch, self.ppo)
+                loss, stats = loss_of(self.model, batch, self.ppo)
                 if proximal_mu > 0:
                     loss = loss + proximal_term(self.params, anchor, proximal_mu)
                 self.optimizer.zero_grad()

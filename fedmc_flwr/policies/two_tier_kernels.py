@@ -121,14 +121,16 @@ def _summarise(obs, mask, shift, scale, nodes_per_region, x, summaries, valid):
 
 
 @njit(cache=True)
-def _critic(summaries, params, layers):
-    """`[B]` values: the critic on the regions' mean summary (`TwoTier._value`)."""
+def _critic(summaries, privileged, params, layers):
+    """`[B]` values: the critic on the regions' mean summary and the `[B, P]` privileged
+    inputs beside it (`TwoTier._value`; P may be 0)."""
     batch, regions = summaries.shape[:2]
-    pooled = np.zeros((SUMMARY_WIDTH, batch), dtype=np.float32)
+    pooled = np.zeros((SUMMARY_WIDTH + privileged.shape[1], batch), dtype=np.float32)
     for b in range(batch):
         for r in range(regions):
-            pooled[:, b] += summaries[b, r]
-        pooled[:, b] /= np.float32(regions)
+            pooled[:SUMMARY_WIDTH, b] += summaries[b, r]
+        pooled[:SUMMARY_WIDTH, b] /= np.float32(regions)
+        pooled[SUMMARY_WIDTH:, b] = privileged[b]
     return scores(pooled, params, layers)
 
 
@@ -145,6 +147,8 @@ def decide(
     critic_layers,
     noise,
     greedy,
+    forced,
+    privileged,
     action,
     logprob,
     value,
@@ -154,7 +158,8 @@ def decide(
     node_mask,
 ):
     """Every env's decision, tier by tier over the whole batch (see the module
-    docstring); writes the output arrays."""
+    docstring); writes the output arrays. `forced`: take the actions `action` holds (a
+    teacher's) rather than drawing, and score those."""
     batch, num_nodes = mask.shape
     n = nodes_per_region
     regions = num_nodes // n
@@ -166,6 +171,8 @@ def decide(
     node_columns = np.empty((ROW_WIDTH, batch * n), dtype=np.float32)
     for b in range(batch):
         region = _sample(region_scores[b], valid[b], noise[b, :regions], greedy, region_logp[b])
+        if forced:
+            region = action[b] // n
         chosen[b] = region
         for j in range(n):
             row = rows[b, j]
@@ -177,17 +184,19 @@ def decide(
     node_logp = np.empty(n, dtype=np.float32)
     for b in range(batch):
         node = _sample(node_scores[b], node_mask[b], noise[b, regions:], greedy, node_logp)
+        if forced:
+            node = action[b] % n
         action[b] = chosen[b] * n + node
         logprob[b] = region_logp[b, chosen[b]] + node_logp[node]
-    value[:] = _critic(summaries, params, critic_layers)
+    value[:] = _critic(summaries, privileged, params, critic_layers)
 
 
 @njit(cache=True)
-def values(obs, mask, shift, scale, nodes_per_region, params, layers, summaries, valid):
+def values(obs, mask, shift, scale, nodes_per_region, params, layers, privileged, summaries, valid):
     batch, num_nodes = mask.shape
     x = np.empty((batch, num_nodes, NODE_WIDTH), dtype=np.float32)
     _summarise(obs, mask, shift, scale, nodes_per_region, x, summaries, valid)
-    return _critic(summaries, params, layers)
+    return _critic(summaries, privileged, params, layers)
 
 
 def warm_cache() -> None:
@@ -215,6 +224,7 @@ def warm_cache() -> None:
     )
     noise = np.full((1, regions + nodes), 0.5, dtype=np.float32)
     weights = (params, layers, layers, layers)
-    decide(obs, mask, shift, scale, nodes, *weights, noise, False, *outputs)
-    values(obs, mask, shift, scale, nodes, params, layers, summaries, valid)
+    privileged = np.zeros((1, 0), dtype=np.float32)
+    decide(obs, mask, shift, scale, nodes, *weights, noise, False, False, privileged, *outputs)
+    values(obs, mask, shift, scale, nodes, params, layers, privileged, summaries, valid)
     Moments.of(np.zeros((2, 1))).merge(Moments.of(np.ones((2, 1))))
