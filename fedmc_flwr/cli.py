@@ -176,7 +176,6 @@ def _run(args: argparse.Namespace) -> int:
     cfg = _config(args)
     from fedmc_flwr.federation.deployment import DeploymentEngine
     from fedmc_flwr.federation.runner import run_federation
-    from fedmc_flwr.integrations.prometheus import exporting
     from fedmc_flwr.results import experiment_path
 
     engine = None
@@ -186,11 +185,14 @@ def _run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--nodes {nodes}: give 1 to {cfg.world.regions} (world.regions)")
         engine = DeploymentEngine(nodes, tls=not args.insecure, node_auth=not args.no_node_auth)
     on_existing = "resume" if args.resume else "overwrite" if args.overwrite else "refuse"
+    config = find_config(args.config)
+    if args.metrics_port is None:  # the exporter is the `hooks` extra's: not imported then
+        return run_federation(config, args.overrides, on_existing=on_existing, engine=engine)
+    from fedmc_flwr.integrations.prometheus import exporting
+
     out = experiment_path(cfg.results_dir, cfg.name)
     with exporting(out, args.metrics_port, args.metrics_addr):
-        return run_federation(
-            find_config(args.config), args.overrides, on_existing=on_existing, engine=engine
-        )
+        return run_federation(config, args.overrides, on_existing=on_existing, engine=engine)
 
 
 def _credentials(args: argparse.Namespace) -> None:

@@ -1,27 +1,29 @@
-"""The package people install: a wheel built here, its files, its metadata, and a working
-`fedmc` from it in a clean venv; the `--config` default found from the package; the
-`hooks` extra's features failing in one line without it; and what Flower's runtime install
-(`uv sync` of the app under `flwr run .`) would put in a run's environment."""
+"""The package people install: a wheel built here, its files (the Flower app's config
+among them) and its metadata; the `--config` default found from the package; the `hooks`
+extra's features failing in one line without it, and `fedmc run` needing it only for
+`--metrics-port`; no empty experiment folder left by a run that never started; and what
+Flower's runtime install (`uv sync` of the app under `flwr run .`) would put in a run's
+environment. The wheel installed alone, running every kind of experiment, is
+tests/simulation/test_wheel.py."""
 
 from __future__ import annotations
 
 import importlib
-import os
 import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tomllib
 import urllib.request
 import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import CONF, REPO
+from conftest import CONF, REPO, SMALL_DEMO
 
 from fedmc_flwr import cli
 from fedmc_flwr.config import ConfigError, find_config, shipped_conf
+from fedmc_flwr.federation import runner
 from fedmc_flwr.integrations.extras import MissingExtra
 
 HOOKS_EXTRA = ("kubernetes", "onnx", "onnxruntime", "prometheus-client")
@@ -35,18 +37,17 @@ LOCAL_TORCH = Path("/opt/wheels")
 CUDA = re.compile(r"^(nvidia-|cuda-|triton$)")
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A wheel built from a copy of the project's sources, with this venv's setuptools
-    (`--no-build-isolation`: nothing is downloaded)."""
-    src = tmp_path_factory.mktemp("src")
+def build_wheel(dist: Path) -> Path:
+    """A wheel built into `dist` from a copy of the project's sources, with this venv's
+    setuptools (`--no-build-isolation`: nothing is downloaded); its path."""
+    src = dist.parent / f"{dist.name}-src"
     for name in SOURCES:
         path = REPO / name
         if path.is_dir():
             shutil.copytree(path, src / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
+            src.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, src / name)
-    dist = tmp_path_factory.mktemp("dist")
     built = subprocess.run(
         [
             sys.executable,
@@ -69,6 +70,11 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_wheel(tmp_path_factory.mktemp("wheel") / "dist")
+
+
 def _metadata(wheel: Path) -> str:
     with zipfile.ZipFile(wheel) as archive:
         (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
@@ -88,6 +94,26 @@ def test_the_wheel_holds_every_module_and_shipped_config_and_no_tests(wheel: Pat
     assert modules <= names, sorted(modules - names)  # a subpackage missing from pyproject
     assert not [n for n in names if n.startswith("tests/") or "/tests/" in n]
     assert not [n for n in names if not n.startswith(("fedmc_flwr/", "fedmc_flwr-"))]
+    with zipfile.ZipFile(wheel) as archive:  # the Flower app's config, for `fedmc run`
+        app = archive.read(f"fedmc_flwr/{runner.APP_CONFIG}").decode()
+    assert app == (REPO / "pyproject.toml").read_text()
+    assert tomllib.loads(app)["tool"]["flwr"]["app"]["components"]["serverapp"]
+
+
+def test_a_checkout_stages_its_own_pyproject_and_an_installed_package_its_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert runner.app_pyproject() == REPO / "pyproject.toml"
+    package = tmp_path / "site-packages" / "fedmc_flwr"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    monkeypatch.setattr(runner, "PACKAGE", package)
+    with pytest.raises(runner.RunError, match=r"holds no flower_app\.toml"):
+        runner.app_pyproject()
+    (package / runner.APP_CONFIG).write_text((REPO / "pyproject.toml").read_text())
+    app = runner.stage_app(tmp_path / "app")
+    assert (app / "pyproject.toml").read_text() == (REPO / "pyproject.toml").read_text()
+    assert (app / "fedmc_flwr" / "__init__.py").is_file()
 
 
 def test_the_metadata_has_urls_classifiers_absolute_links_and_the_hooks_extra(
@@ -111,79 +137,6 @@ def test_the_metadata_has_urls_classifiers_absolute_links_and_the_hooks_extra(
             if r.split()[1].startswith(name + "<") or r.split()[1].startswith(name + ">")
         ]
         assert line.endswith('extra == "hooks"'), line
-
-
-@pytest.mark.slow
-def test_the_wheel_installs_into_a_clean_venv_and_runs_baselines_on_a_shipped_config(
-    wheel: Path, tmp_path: Path
-) -> None:
-    """The wheel, installed with pip into a fresh venv, runs from a directory with no
-    conf/: `fedmc --version`, and `fedmc baselines` on the default config, taken from the
-    package (2 held-out worlds of 50 jobs a region, so seconds).
-
-    The venv's dependencies come from this test's own environment without a download:
-    one .pth line adds this environment's site-packages behind the venv's own. A plain
-    path line, so the editable install's finder there is not activated, and PYTHONPATH
-    is dropped: the only fedmc_flwr the venv can import is the wheel's."""
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    python = venv / "bin" / "python"
-    purelib = subprocess.run(
-        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    (Path(purelib) / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    installed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "--python",
-            str(python),
-            "install",
-            "-q",
-            "--no-deps",
-            "--no-index",
-            str(wheel),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert installed.returncode == 0, installed.stderr
-    work = tmp_path / "work"
-    work.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env["OMP_NUM_THREADS"] = "1"
-
-    def fedmc(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [venv / "bin" / "fedmc", *args],
-            cwd=work,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-
-    where = subprocess.run(
-        [python, "-c", "import fedmc_flwr; print(fedmc_flwr.__file__)"],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert where.stdout.startswith(purelib), where.stdout
-    assert fedmc("--version").stdout.strip() == "fedmc 0.1.0"
-    done = fedmc("baselines", "--set", "eval.seeds=2", "--set", "eval.steps=50")
-    assert done.returncode == 0, done.stderr
-    assert (work / "results" / "small_demo-baselines" / "baselines.csv").is_file()
-    missing = fedmc("baselines", "--config", "conf/nope.yaml")
-    assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1
-    assert "nor among the shipped configs" in missing.stderr
 
 
 def test_a_conf_path_missing_here_is_taken_from_the_shipped_configs(
@@ -231,18 +184,46 @@ def test_a_hooks_module_without_its_extra_fails_in_one_line_naming_it(
     assert dependency in str(failed.value) and "\n" not in str(failed.value)
 
 
-def test_fedmc_run_needs_prometheus_client_only_for_metrics_port(
+def test_fedmc_run_needs_the_exporter_and_its_extra_only_for_metrics_port(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`fedmc run` imports the exporter module on every run; only `--metrics-port` needs
-    the extra."""
-    monkeypatch.setitem(sys.modules, "prometheus_client", None)
-    monkeypatch.delitem(sys.modules, "fedmc_flwr.integrations.prometheus", raising=False)
+    """Without `--metrics-port`, `fedmc run` never imports the exporter (which would bring
+    the ONNX serving along); with it, a missing prometheus_client is one line."""
+    for module in ("prometheus_client", "onnxruntime", "onnx"):
+        monkeypatch.setitem(sys.modules, module, None)
+    for module in ("prometheus", "decisions", "serving"):
+        monkeypatch.delitem(sys.modules, f"fedmc_flwr.integrations.{module}", raising=False)
+    runs = []
+    monkeypatch.setattr(runner, "run_federation", lambda *args, **kwargs: runs.append(args) or 0)
+    assert cli.main(["run", "--set", f"results_dir={tmp_path}"]) == 0 and len(runs) == 1
+    assert "fedmc_flwr.integrations.prometheus" not in sys.modules
+    assert cli.main(["run", "--metrics-port", "9464"]) == 1 and len(runs) == 1
     prometheus = importlib.import_module("fedmc_flwr.integrations.prometheus")
     with prometheus.exporting(tmp_path, None) as exporter:
         assert exporter is None
     with pytest.raises(MissingExtra, match=r"--metrics-port needs prometheus_client.*\[hooks\]"):
         prometheus.RunExporter(tmp_path, 0)
+    assert "fedmc_flwr.integrations.serving" not in sys.modules
+
+
+def test_a_run_that_fails_before_it_starts_leaves_no_empty_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Neither the experiment's folder nor the results folder it made; a folder that was
+    there before stays."""
+
+    def no_app(dest: Path) -> Path:
+        raise runner.RunError("no Flower app")
+
+    monkeypatch.setattr(runner, "stage_app", no_app)
+    monkeypatch.setattr(runner, "warm_cache", lambda: None)
+    results = tmp_path / "new" / "results"
+    with pytest.raises(runner.RunError):
+        runner.run_federation(SMALL_DEMO, [f"results_dir={results}"])
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(runner.RunError):
+        runner.run_federation(SMALL_DEMO, [f"results_dir={tmp_path}"])
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_fedmc_export_without_onnx_prints_one_line_and_exits_1(

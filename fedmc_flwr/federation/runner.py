@@ -3,8 +3,9 @@
 `flwr run` alone is awkward to automate: the local SuperLink it starts outlives it, it
 installs the app's dependencies into a fresh environment on every run unless told not to,
 and its exit code is 0 even when the run failed. So this runner owns the whole lifecycle:
-a private Flower home (temporary), the engine's processes started from the project root
-(a SuperLink of its own on a free port; for the deployment engine, its SuperNodes too:
+a private Flower home (temporary), the Flower app staged there from the package, whether a
+checkout or an installed wheel (`stage_app`), the engine's processes started from it (a
+SuperLink of its own on a free port; for the deployment engine, its SuperNodes too:
 `federation.deployment`), runtime dependency installation, telemetry and update checks
 off, the run's log streamed to the terminal (quietly: `console`), the run's end (the
 ServerApp's own status.json once it recorded the last round, without waiting for Flower
@@ -12,7 +13,8 @@ to shut its simulation or nodes down; else Flower's status from `flwr list`, whe
 `finished:completed` is a success), and every process the engine started, and
 everything they spawned (SuperExec, the simulation, Ray, ClientApp processes), stopped by
 PID at the end, on failure, on Ctrl-C and at the deadline alike; and when the runner
-itself is killed outright, by its guard (`processes.FlowerProcesses.guard`).
+itself is killed outright, by its guard (`processes.FlowerProcesses.guard`). A completed
+run ends with its plots and its last round's table (`summary.finish`).
 
 Before Flower starts, it settles what to do with an experiment that already holds results
 (refuse, overwrite, or resume after the last completed round: `federation.resume`),
@@ -36,10 +38,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-import pandas as pd
-
-from fedmc_flwr.analysis.plots import plot_metrics
-from fedmc_flwr.analysis.tables import PAIRED_BASELINES, format_table, paired_against
 from fedmc_flwr.config import (
     ConfigError,
     ExperimentConfig,
@@ -50,7 +48,8 @@ from fedmc_flwr.config import (
 )
 from fedmc_flwr.federation.console import plain_env, relay
 from fedmc_flwr.federation.processes import FlowerProcesses, owner_token, stop_stale
-from fedmc_flwr.federation.run_files import PROGRESS_FILE, REGISTRY, STATUS_FILE
+from fedmc_flwr.federation.run_files import PROGRESS_FILE, REGISTRY, STATUS_FILE, run_completed
+from fedmc_flwr.federation.summary import finish, last_round_table
 from fedmc_flwr.federation.superlink import (
     BIN,
     CONNECTION,
@@ -61,7 +60,7 @@ from fedmc_flwr.federation.superlink import (
 )
 from fedmc_flwr.outputs import output_dir
 from fedmc_flwr.policies import two_tier_kernels
-from fedmc_flwr.results import PER_SEED_FILE, experiment_path, holds_results, read_per_seed
+from fedmc_flwr.results import experiment_path, holds_results
 from fedmc_flwr.sim.world import warm_cache
 from fedmc_flwr.stop_signals import stop_requests
 
@@ -72,27 +71,40 @@ LOG_GRACE_S = 1.0
 """How long a completed run's log stream may take to relay its last lines."""
 
 
-def stage_app(root: Path, dest: Path) -> Path:
-    """Copy the Flower app (pyproject.toml and the package's sources) to `dest`.
+PACKAGE = Path(__file__).resolve().parents[1]
+"""The fedmc_flwr package: an installed wheel's, or a checkout's."""
+APP_CONFIG = "flower_app.toml"
+"""pyproject.toml's copy inside an installed wheel's package (setup.py puts it there)."""
 
-    `flwr run` builds its app bundle by walking and resolving every file under the app
-    directory before filtering, so from a checkout with its `.venv` inside (some 60,000
-    files) the build alone took 10 s of every run. The bundle needs only these files.
+
+def app_pyproject() -> Path:
+    """The Flower app's pyproject.toml (`[tool.flwr.app]`: components and run config): the
+    copy an installed wheel carries in the package, else the checkout's own at its root."""
+    packaged = PACKAGE / APP_CONFIG
+    if packaged.is_file():
+        return packaged
+    checkout = PACKAGE.parent / "pyproject.toml"
+    if checkout.is_file() and "[tool.flwr.app]" in checkout.read_text():
+        return checkout
+    raise RunError(
+        f"{PACKAGE}: holds no {APP_CONFIG} (the Flower app's config) and is not in a "
+        "fedmc-flwr checkout; reinstall fedmc-flwr from its wheel"
+    )
+
+
+def stage_app(dest: Path) -> Path:
+    """The Flower app in `dest`: its pyproject.toml (`app_pyproject`) and the package's
+    sources, wherever the package is installed.
+
+    Why a copy: `flwr run` builds its app bundle by walking and resolving every file under
+    the app directory before filtering, so from a checkout with its `.venv` inside (some
+    60,000 files) the build alone took 10 s of every run. The bundle needs only these
+    files, and an installed package has no project directory to start from.
     """
     dest.mkdir(parents=True)
-    shutil.copy2(root / "pyproject.toml", dest / "pyproject.toml")
-    package = Path(__file__).resolve().parents[1]
-    shutil.copytree(package, dest / package.name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(app_pyproject(), dest / "pyproject.toml")
+    shutil.copytree(PACKAGE, dest / PACKAGE.name, ignore=shutil.ignore_patterns("__pycache__"))
     return dest
-
-
-def project_root() -> Path:
-    """The Flower app directory: the project holding pyproject.toml's [tool.flwr.app]."""
-    root = Path(__file__).resolve().parents[2]
-    pyproject = root / "pyproject.toml"
-    if not pyproject.is_file() or "[tool.flwr.app]" not in pyproject.read_text():
-        raise FileNotFoundError(f"{root} is not the fedmc-flwr project (no [tool.flwr.app])")
-    return root
 
 
 class Engine(Protocol):
@@ -200,28 +212,6 @@ def _final_status(
         time.sleep(POLL_S)
 
 
-def last_round_table(csv_path: Path) -> str:
-    """The last round's held-out evaluation (mean over regions), best reward first, with
-    each policy's paired difference against `PAIRED_BASELINES` from the run's per-world
-    rewards (per_seed.csv beside metrics.csv), so the table carries its own evidence."""
-    frame = pd.read_csv(csv_path)
-    evals = frame[frame["phase"] == "eval"]
-    last = int(evals["round"].max())
-    rows = evals[evals["round"] == last].sort_values("reward", ascending=False)
-    per_seed = csv_path.parent / PER_SEED_FILE
-    paired = (
-        paired_against(read_per_seed(per_seed), PAIRED_BASELINES) if per_seed.is_file() else None
-    )
-    table = format_table(rows.drop(columns=["reason"], errors="ignore").to_dict("records"), paired)
-    note = (
-        "\nreward: higher is better. vs X: reward minus X's on the same held-out worlds, "
-        "± 95% CI over those worlds (one training seed)."
-        if paired
-        else ""
-    )
-    return f"round {last}, held-out evaluation, mean over regions:\n{table}{note}"
-
-
 def _stream_log(
     processes: FlowerProcesses, run_id: str, env: dict[str, str], cwd: Path, tty: bool
 ) -> tuple[subprocess.Popen, threading.Thread]:
@@ -248,17 +238,6 @@ def _failure(out: Path) -> str:
     except (OSError, ValueError):
         return ""
     return str(status.get("reason", "")) if status.get("state") == "failed" else ""
-
-
-def run_completed(out: Path, run_id: str) -> bool:
-    """Whether run `run_id`'s ServerApp recorded its last round: status.json says so and
-    names this run (not an earlier run of the experiment, whose file a resumed or
-    overwritten run replaces only once its ServerApp starts)."""
-    try:
-        status = json.loads((out / STATUS_FILE).read_text())
-    except (OSError, ValueError):
-        return False
-    return status.get("state") == "completed" and status.get("run_id") == run_id
 
 
 def _completed_round(out: Path) -> int:
@@ -308,14 +287,34 @@ def run_federation(
     per region by default); `on_existing` says what to do when the experiment already
     holds results ('refuse', 'overwrite' or 'resume'). Returns 0 when the run completed
     (and its plots are drawn), 1 when it failed or hit its deadline (every finished round
-    is kept), 2 when an existing experiment was refused.
+    is kept), 2 when an existing experiment was refused. A run that stops before it wrote
+    anything leaves no empty experiment directory behind.
     """
     cfg = load_config(config_path, overrides)
     spaced = [item for item in overrides if len(item.split()) != 1]
     if spaced:
         raise ConfigError(f"override {spaced[0]!r}: values with spaces cannot be passed to Flower")
     out = experiment_path(cfg.results_dir, cfg.name)
-    output_dir(out, "results_dir")
+    created = [path for path in (out, *out.parents) if not path.exists()]
+    try:
+        output_dir(out, "results_dir")
+        return _run(cfg, out, config_path, overrides, on_existing, engine, num_supernodes)
+    finally:
+        for path in created:  # the deepest first; one that holds anything stays
+            with suppress(OSError):
+                path.rmdir()
+
+
+def _run(
+    cfg: ExperimentConfig,
+    out: Path,
+    config_path: Path,
+    overrides: list[str],
+    on_existing: str,
+    engine: Engine | None,
+    num_supernodes: int | None,
+) -> int:
+    """`run_federation` once the experiment directory exists."""
     stale = stop_stale(out / REGISTRY)
     if stale:
         print(f"fedmc: stopped {stale} processes a killed earlier run left behind", flush=True)
@@ -325,18 +324,18 @@ def run_federation(
     engine = engine or SimulationEngine(num_supernodes or cfg.world.regions)
     warm_cache()  # compile once here, so that no client compiles in round 1
     two_tier_kernels.warm_cache()
-    root = project_root()
     processes = FlowerProcesses(out / REGISTRY)
     deadline = time.monotonic() + (cfg.federation.deadline_s or float("inf"))
     with tempfile.TemporaryDirectory(prefix="fedmc-flwr-") as tmp, stop_requests() as stop:
         home = Path(tmp)
+        app = stage_app(home / "app-source")
         tty = sys.stdout.isatty()
         env = {**flower_env(home), **plain_env(tty)}
         relaying: threading.Thread | None = None
         try:
             processes.guard()
             joins = node_joins(cfg, engine.node_count())
-            launch = Launch(processes, env, home, root, out)
+            launch = Launch(processes, env, home, app, out)
             engine.start(launch, joins)
             waiting = {k for k, due in enumerate(joins) if due > 1}
 
@@ -350,7 +349,6 @@ def run_federation(
                     engine.join(launch, node)
                     waiting.discard(node)
 
-            app = stage_app(root, home / "app-source")
             run_config = home / "run-config.toml"
             run_config.write_text(
                 f"config = {_toml_string(str(Path(config_path).resolve()))}\n"
@@ -372,7 +370,7 @@ def run_federation(
                     *(["--federation-config", federation] if federation else []),
                 ],
                 env,
-                root,
+                app,
             )
             run_id = str(started["run-id"])
             print(
@@ -380,9 +378,9 @@ def run_federation(
                 f"{engine.describe()}, {cfg.train.rounds} rounds",
                 flush=True,
             )
-            stream, relaying = _stream_log(processes, run_id, env, root, tty)
+            stream, relaying = _stream_log(processes, run_id, env, app, tty)
             status = _final_status(
-                run_id, out, env, root, processes, stream, deadline, between_polls
+                run_id, out, env, app, processes, stream, deadline, between_polls
             )
         finally:
             processes.stop()
@@ -402,8 +400,5 @@ def run_federation(
             file=sys.stderr,
         )
         return 1
-    plots = plot_metrics(out / "metrics.csv", None)
-    print(last_round_table(out / "metrics.csv"))
-    print(f"fedmc: results in {out}")
-    print(f"fedmc: plots: {', '.join(str(p) for p in plots)}")
+    print(finish(out))
     return 0

@@ -81,8 +81,8 @@ class Connection:
 @dataclass(frozen=True)
 class Launch:
     """Where an engine starts one run's processes: the run's process family (stopped by
-    PID at the end), their environment, the private Flower home, the project root they
-    start from, and the experiment directory."""
+    PID at the end), their environment, the private Flower home, the directory they start
+    from (the run's staged Flower app), and the experiment directory."""
 
     processes: FlowerProcesses
     env: dict[str, str]

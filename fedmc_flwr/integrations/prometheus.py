@@ -22,16 +22,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import numpy as np
 
 from fedmc_flwr.integrations.config import PrometheusHook
-from fedmc_flwr.integrations.decisions import Signals
 from fedmc_flwr.integrations.extras import require
 from fedmc_flwr.integrations.retry import with_retries
 from fedmc_flwr.metrics import METRICS
+
+if TYPE_CHECKING:  # decisions imports the ONNX serving, which the exporter does not need
+    from fedmc_flwr.integrations.decisions import Signals
 
 log = logging.getLogger("fedmc.hooks")
 
@@ -258,6 +260,8 @@ def observed_signals(hook: PrometheusHook, regions: list[str], now: float) -> Si
     """The configured PromQL signals over the last `window_s`, ready for the world to
     replay. A region that reported no arrivals keeps the world's own rate (a world cannot
     run an ingress with none). Raises `ServiceUnavailable` when the server stays down."""
+    from fedmc_flwr.integrations.decisions import Signals
+
     adapter = PrometheusAdapter(hook.url, hook.timeout_s, hook.attempts)
     traces = {}
     for name in ("arrival_rate", "carbon"):
