@@ -24,7 +24,9 @@ Under plain `flwr run`, bad input (an experiment that already holds results, a c
 that does not load) ends the run with one log line in run-config terms, such as
 `--run-config "on-existing='overwrite'"`, and so does a federation that stopped because
 too few regions delivered: Flower would log either with its traceback (`OneLineFailures`).
-Flower marks such a run `finished:failed` but `flwr run` still exits with 0.
+Flower marks such a run `finished:failed` but `flwr run` still exits with 0. A run that
+completes there ends as under `fedmc run`: its plots drawn in the experiment's `plots/`
+and its last round's table printed (`main`).
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ import numpy as np
 from flwr.app import Context
 from flwr.common import Scalar
 from flwr.common.logger import log
-from flwr.server import ServerApp, ServerAppComponents, ServerConfig
+from flwr.server import Grid, ServerApp, ServerAppComponents, ServerConfig
+from flwr.server.compat import start_grid
 
 from fedmc_flwr.config import ExperimentConfig, join_round, load_config, to_yaml
 from fedmc_flwr.errors import InputError
@@ -47,6 +50,7 @@ from fedmc_flwr.federation.console import quiet_flower
 from fedmc_flwr.federation.processes import token_alive
 from fedmc_flwr.federation.recorder import RunRecorder
 from fedmc_flwr.federation.resume import prepare_experiment
+from fedmc_flwr.federation.run_files import run_completed
 from fedmc_flwr.federation.strategy import RegionStrategy, RoundFailed
 from fedmc_flwr.policies.ppo import STATISTICS, PPOLearner
 from fedmc_flwr.seeds import learner_seed
@@ -102,9 +106,10 @@ def initial_weights(cfg: ExperimentConfig) -> list[np.ndarray]:
     return PPOLearner(cfg, [0], seed=learner_seed(cfg.seed)).get_weights()
 
 
-def server_fn(context: Context) -> ServerAppComponents:
+def prepare_run(context: Context) -> tuple[Path, ServerAppComponents]:
     """Everything before the first round: config, results directory (fresh, overwritten or
-    resumed), dispatcher rows, the weights the first round starts from."""
+    resumed), dispatcher rows, the weights the first round starts from; the experiment
+    directory and what Flower's round loop runs."""
     cfg = experiment_config(context.run_config)
     resolved = to_yaml(cfg)
     on_existing = str(context.run_config.get("on-existing", "refuse"))
@@ -153,7 +158,21 @@ def server_fn(context: Context) -> ServerAppComponents:
     config = ServerConfig(
         num_rounds=cfg.train.rounds - done, round_timeout=cfg.federation.round_timeout_s
     )
-    return ServerAppComponents(strategy=strategy, config=config)
+    return out, ServerAppComponents(strategy=strategy, config=config)
 
 
-app = ServerApp(server_fn=server_fn)
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    """Flower's legacy round loop over `prepare_run`'s strategy (what `ServerApp(server_fn=
+    ...)` runs), then the end of a completed run under a plain `flwr run`: no `owner`
+    means no `fedmc run` waits to draw the plots and print the table, so the ServerApp
+    does (`summary.finish`), into the run's log."""
+    out, components = prepare_run(context)
+    start_grid(grid=grid, strategy=components.strategy, config=components.config)
+    if not context.run_config.get("owner") and run_completed(out, str(context.run_id)):
+        from fedmc_flwr.federation.summary import finish  # pandas and matplotlib: only here
+
+        print(finish(out), flush=True)

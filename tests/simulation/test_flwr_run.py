@@ -1,6 +1,6 @@
-"""`flwr run .` as the README gives it: what a refused run prints, and what is left running
-afterwards. (What Flower's runtime install would put in the run's environment is in
-test_packaging.)"""
+"""`flwr run .` as the README gives it: how a completed run ends (as `fedmc run` ends), what
+a refused run prints, and what is left running afterwards. (What Flower's runtime install
+would put in the run's environment is in test_packaging.)"""
 
 from __future__ import annotations
 
@@ -20,8 +20,9 @@ from flower_runs import processes_with_env, ray_start_slot
 from flwr.app import Context, RecordDict
 from flwr.common.logger import log
 
-from fedmc_flwr.federation.server_app import server_fn
+from fedmc_flwr.federation.server_app import prepare_run
 from fedmc_flwr.federation.strategy import RoundFailed
+from fedmc_flwr.federation.summary import last_round_table
 from fedmc_flwr.federation.superlink import BIN, flower_env, free_port
 from fedmc_flwr.results import ExperimentExists
 
@@ -50,13 +51,13 @@ def test_a_refused_experiment_names_the_run_config_way_under_flwr_and_the_flags_
     existing.mkdir()
     (existing / "metrics.csv").write_text("")
     with pytest.raises(ExperimentExists) as refused:
-        server_fn(_context(tmp_path))
+        prepare_run(_context(tmp_path))
     message = str(refused.value)
     assert "--run-config \"on-existing='overwrite'\"" in message
     assert "--run-config \"on-existing='resume'\"" in message
     assert "pass --overwrite" not in message
     with pytest.raises(ExperimentExists, match="pass --overwrite"):
-        server_fn(_context(tmp_path, owner="123:456"))
+        prepare_run(_context(tmp_path, owner="123:456"))
 
 
 def _logged(exc: BaseException) -> str:
@@ -136,14 +137,15 @@ def _settled(marker: str, allowed: set[str], wait_s: float) -> list[tuple[int, s
 
 @pytest.mark.slow
 @pytest.mark.flower
-def test_flwr_run_leaves_only_flowers_superlink_which_the_readme_command_stops(
-    tmp_path: Path,
-) -> None:
-    """The README's `flwr run .` on the tiny experiment completes; run again on the same
-    results, it is refused in one line that names the run-config way to overwrite, and no
-    traceback. Between and after the runs only Flower's local SuperLink and its SuperExec
-    are left, and the README's `kill $(lsof ...)` on its port stops them and everything
-    else. A private Flower home and ports keep it apart from any other run."""
+def test_flwr_run_ends_as_fedmc_run_and_leaves_only_flowers_superlink(tmp_path: Path) -> None:
+    """The README's `flwr run .` on the tiny experiment, over an earlier run's results with
+    `on-existing='overwrite'`, completes as `fedmc run` does: the last round's table and
+    the plots' paths in its log, the plots drawn in the experiment's `plots/`, and what the
+    run does not write left alone. Run again on the same results, it is refused in one
+    line that names the run-config way to overwrite, and no traceback. Between and after
+    the runs only Flower's local SuperLink and its SuperExec are left, and the README's
+    `kill $(lsof ...)` on its port stops them and everything else. A private Flower home
+    and ports keep it apart from any other run."""
     if shutil.which("lsof") is None:
         pytest.skip("the README's stop command needs lsof")
     home = tmp_path / "flwr-home"
@@ -155,16 +157,26 @@ def test_flwr_run_leaves_only_flowers_superlink_which_the_readme_command_stops(
         "OMP_NUM_THREADS": "1",
     }
     marker = f"FLWR_HOME={home}"
-    run_config = f"config='{TINY.relative_to(REPO)}' results-dir='{tmp_path / 'results'}'"
-    progress = tmp_path / "results" / "tiny_federation" / "progress.json"
+    results = tmp_path / "results"
+    out = results / "tiny_federation"
+    earlier = {"metrics.csv": "earlier run\n", "plots/old.png": "", "notes.txt": "mine\n"}
+    for name, text in earlier.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text(text)
+    run_config = f"config='{TINY.relative_to(REPO)}' results-dir='{results}'"
     try:
-        with ray_start_slot(progress):
-            output, status = _run_and_status(run_config, env)
+        with ray_start_slot(out / "progress.json"):
+            output, status = _run_and_status(f"{run_config} on-existing='overwrite'", env)
         assert status == "finished:completed", output
-        assert (tmp_path / "results" / "tiny_federation" / "metrics.csv").is_file()
+        assert last_round_table(out / "metrics.csv") in output, output
+        plots = [out / "plots" / f"{name}.png" for name in ("reward", "latency", "paired")]
+        assert f"fedmc: plots: {', '.join(map(str, plots))}" in output, output
+        assert all(plot.stat().st_size for plot in plots)
+        assert not (out / "plots" / "old.png").exists()  # the earlier run's, replaced
+        assert (out / "notes.txt").read_text() == "mine\n"  # not the run's: kept
         assert _settled(marker, FLOWERS_OWN, 30) == []
 
-        with ray_start_slot(progress):
+        with ray_start_slot(out / "progress.json"):
             output, status = _run_and_status(run_config, env)
         assert status == "finished:failed", output
         (line,) = [ln for ln in output.splitlines() if "already holds results" in ln]
