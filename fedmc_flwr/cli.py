@@ -11,6 +11,7 @@ exits with 1.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
@@ -22,6 +23,8 @@ from fedmc_flwr.integrations import cli as hooks_cli
 from fedmc_flwr.outputs import output_dir
 
 DEFAULT_CONFIG = "conf/small_demo.yaml"
+RESUMABLE = ("run", "deploy")
+"""The commands an interrupted run of which `--resume` continues."""
 
 
 def _add_config_args(parser: argparse.ArgumentParser) -> None:
@@ -195,6 +198,21 @@ def _run(args: argparse.Namespace) -> int:
         return run_federation(config, args.overrides, on_existing=on_existing, engine=engine)
 
 
+def resume_command(args: argparse.Namespace) -> str:
+    """The command line that continues an interrupted `fedmc run` or `fedmc deploy`: the
+    same config, overrides and options, with `--resume`, quoted for a POSIX shell."""
+    words = ["fedmc", args.command, "--config", args.config]
+    for override in args.overrides:
+        words += ["--set", override]
+    if args.command == "deploy":
+        words += ["--nodes", str(args.nodes)] if args.nodes is not None else []
+        words += ["--insecure"] if args.insecure else []
+        words += ["--no-node-auth"] if args.no_node_auth else []
+    if args.metrics_port is not None:
+        words += ["--metrics-port", str(args.metrics_port), "--metrics-addr", args.metrics_addr]
+    return shlex.join([*words, "--resume"])
+
+
 def _credentials(args: argparse.Namespace) -> None:
     """`fedmc credentials`: what the README's multi-machine commands read."""
     from fedmc_flwr.federation.credentials import make_node_key, make_tls
@@ -283,7 +301,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(_one_line(f"{label}: {exc}"), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("fedmc: interrupted", file=sys.stderr)
+        resume = f"; continue with: {resume_command(args)}" if args.command in RESUMABLE else ""
+        print(_one_line(f"fedmc: interrupted{resume}"), file=sys.stderr)
         return 130
     return 0
 

@@ -1,5 +1,6 @@
 """A quiet console: no colour codes off a terminal, none of the Flower and Ray lines that do
-not apply here, one progress line per round and one as each region's reply arrives. What a
+not apply here, one progress line per round and one as each region's reply arrives, a
+resumed run's own round numbers, and the command that resumes an interrupted run. What a
 real run printed is checked on the reference run (tests/simulation/test_reference_run.py)."""
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 import io
 import logging
 import re
+import shlex
 import warnings
 
 import pytest
@@ -132,3 +134,52 @@ def test_durations_read_as_a_person_says_them() -> None:
         "3 min 20 s",
         "2 h 01 min",
     ]
+
+
+def test_a_resumed_runs_flower_banners_name_its_own_rounds(flower_console: io.StringIO) -> None:
+    """Flower counts the rounds it runs from 1; a run resumed after round 2 is at round 3."""
+    from flwr.common.logger import log
+
+    console.number_rounds_from(3)
+    console.number_rounds_from(3)  # once per ServerApp start: the filter is not doubled
+    log(logging.INFO, console.ROUND_BANNER, 1)
+    log(logging.INFO, console.ROUND_BANNER, 2)
+    log(logging.INFO, console.RUN_FINISHED, 2, 61.0)
+    console.number_rounds_from(1)  # a fresh run in the same process: Flower's own numbers
+    log(logging.INFO, console.ROUND_BANNER, 1)
+    lines = [line.split(":", 1)[1].strip() for line in flower_console.getvalue().splitlines()]
+    assert lines == [
+        "[ROUND 3]",
+        "[ROUND 4]",
+        "Run finished 2 round(s), rounds 3 to 4, in 61.00s",
+        "[ROUND 1]",
+    ]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run"],
+        ["run", "--config", "my conf/x.yaml", "--set", "train.rounds=3", "--overwrite"],
+        ["deploy", "--set", "name=it's", "--nodes", "2", "--insecure", "--metrics-port", "9"],
+    ],
+)
+def test_ctrl_c_names_the_command_that_resumes_the_run(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The command, pasted into a shell, is the same run with `--resume`."""
+    from fedmc_flwr import cli
+
+    def interrupted(args: object) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_run", interrupted)
+    assert cli.main(argv) == 130
+    (line,) = capsys.readouterr().err.splitlines()
+    said, command = line.split("; continue with: ")
+    assert said == "fedmc: interrupted"
+    words = shlex.split(command)
+    assert words[0] == "fedmc"
+    given, resumed = cli._parser().parse_args(argv), cli._parser().parse_args(words[1:])
+    assert resumed.resume and not resumed.overwrite
+    assert vars(resumed) == vars(given) | {"resume": True, "overwrite": False}

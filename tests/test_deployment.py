@@ -137,7 +137,8 @@ def test_ctrl_c_stops_every_process_the_deployment_started(tmp_path: Path) -> No
         finally:
             if deploy.poll() is None:
                 deploy.kill()
-        assert "fedmc: interrupted" in output.read_text()
+        resume = f"fedmc: interrupted; continue with: fedmc deploy --config {TINY} --set "
+        assert f"{resume}results_dir={tmp_path} --resume" in output.read_text()
         assert "held-out evaluation" not in output.read_text()  # it did not run to the end
         assert processes_with_env(f"TMPDIR={private}") == []
 

@@ -16,6 +16,10 @@ processes that never do:
   lines, the `flwr` CLI's own).
 
 docs/design.md ("Console") says why dropping each of them is safe.
+
+A resumed run's ServerApp runs its remaining rounds through Flower's loop, which counts
+from 1 whatever round the run is at; `number_rounds_from` renumbers Flower's round
+banner (and its end-of-run summary) in that process to the run's own rounds.
 """
 
 from __future__ import annotations
@@ -69,6 +73,44 @@ def quiet_flower() -> None:
             if not any(isinstance(f, _Dropped) for f in handler.filters):
                 handler.addFilter(_Dropped())
     warnings.filterwarnings("ignore", message=re.escape(RAY_FUTURE_WARNING), category=FutureWarning)
+
+
+ROUND_BANNER = "[ROUND %s]"
+"""Flower's banner at the start of each round (`flwr/server/server.py`, `Server.fit`)."""
+RUN_FINISHED = "Run finished %s round(s) in %.2fs"
+"""Flower's summary line when its round loop ends (`flwr/server/server.py`, `run_fl`)."""
+
+
+class RunRounds(logging.Filter):
+    """Renumbers Flower's round records from the run's own first round (`first`): the
+    banner of Flower's round n says round `first + n - 1`, and the summary names the
+    rounds it ran. A logger filter: it changes the record before any handler formats it,
+    the console's and the log stream's alike."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = 1
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        offset = self.first - 1
+        if offset and record.msg == ROUND_BANNER and isinstance(record.args, tuple):
+            record.args = (int(record.args[0]) + offset,)
+        elif offset and record.msg == RUN_FINISHED and isinstance(record.args, tuple):
+            count, seconds = record.args
+            record.msg = "Run finished %s round(s), rounds %s to %s, in %.2fs"
+            record.args = (count, self.first, offset + int(count), seconds)
+        return True
+
+
+_RUN_ROUNDS = RunRounds()
+
+
+def number_rounds_from(first: int) -> None:
+    """Flower's round records in this process name the run's own rounds from `first` on
+    (see `RunRounds`); idempotent, the last call's `first` applies."""
+    _RUN_ROUNDS.first = first
+    if _RUN_ROUNDS not in FLOWER_LOGGER.filters:
+        FLOWER_LOGGER.addFilter(_RUN_ROUNDS)
 
 
 def keep(line: str) -> bool:

@@ -27,6 +27,9 @@ too few regions delivered: Flower would log either with its traceback (`OneLineF
 Flower marks such a run `finished:failed` but `flwr run` still exits with 0. A run that
 completes there ends as under `fedmc run`: its plots drawn in the experiment's `plots/`
 and its last round's table printed (`main`).
+
+A resumed run starts at its own round: Flower counts the rounds it runs from 1, so its
+round banners are renumbered in this process (`console.number_rounds_from`).
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from flwr.server.compat import start_grid
 
 from fedmc_flwr.config import ExperimentConfig, join_round, load_config, to_yaml
 from fedmc_flwr.errors import InputError
-from fedmc_flwr.federation.console import quiet_flower
+from fedmc_flwr.federation.console import number_rounds_from, quiet_flower
 from fedmc_flwr.federation.processes import token_alive
 from fedmc_flwr.federation.recorder import RunRecorder
 from fedmc_flwr.federation.resume import prepare_experiment
@@ -130,6 +133,7 @@ def prepare_run(context: Context) -> tuple[Path, ServerAppComponents]:
         done,
         cfg.train.rounds,
     )
+    number_rounds_from(done + 1)
     names = [r.name for r in region_catalogue(cfg.world.regions)]
     recorder = RunRecorder(
         cfg,

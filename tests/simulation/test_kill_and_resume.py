@@ -1,12 +1,14 @@
 """A run killed outright (SIGKILL) after its first round leaves no process behind, and
 `--resume` on one virtual client serving both regions finishes it byte-identical to the
 reference run (conftest's `tiny_run`, one virtual client per region): a resumed run is
-the same run, and how regions map onto clients changes nothing."""
+the same run, and how regions map onto clients changes nothing. Its console names the
+run's own rounds, Flower's banners included."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -57,7 +59,13 @@ def test_a_run_killed_outright_resumes_to_the_same_tables(tiny_run: Path, tmp_pa
         commands = watch.commands()
         assert any("ray::" in c or "dashboard/agent" in c for c in commands), commands
     overrides = [f"results_dir={tmp_path}"]
-    assert run_isolated(homes, overrides, 1, TINY_TRACED, on_existing="resume") == 0
+    console = tmp_path / "resumed.txt"
+    resumed = run_isolated(homes, overrides, 1, TINY_TRACED, "resume", console=console)
+    printed = console.read_text()
+    assert resumed == 0, printed[-4000:]
+    assert "fedmc: resuming tiny_traced after round 1" in printed
+    assert re.findall(r"\[ROUND (\d+)\]", printed) == ["2"], printed  # the run's own count
+    assert re.findall(r"round (\d+)/2 done", printed) == ["2"], printed
     for table in ("metrics.csv", "per_seed.csv"):
         assert (out / table).read_bytes() == (tiny_run / table).read_bytes(), table
     for rnd in (1, 2):
