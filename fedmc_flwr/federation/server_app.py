@@ -177,6 +177,6 @@ def main(grid: Grid, context: Context) -> None:
     out, components = prepare_run(context)
     start_grid(grid=grid, strategy=components.strategy, config=components.config)
     if not context.run_config.get("owner") and run_completed(out, str(context.run_id)):
-        from fedmc_flwr.federation.summary import finish  # pandas and matplotlib: only here
+        from fedmc_flwr.federation.summary import finish  # matplotlib: only where it draws
 
         print(finish(out), flush=True)

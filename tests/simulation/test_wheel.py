@@ -61,6 +61,16 @@ FIRST_IMPORTS = (
 """What a run's processes import, imported once before the first run: the bytecode is then
 cached once, not by each of a run's processes at the same time."""
 
+IMPORT_EVERY_MODULE = """
+import importlib, pkgutil, fedmc_flwr
+for module in pkgutil.walk_packages(fedmc_flwr.__path__, "fedmc_flwr."):
+    try:
+        importlib.import_module(module.name)
+    except Exception as exc:
+        print(f"{module.name}: {type(exc).__name__}")
+"""
+"""Imports every module of the package and names those that fail, and how."""
+
 
 def _sets(overrides: tuple[str, ...]) -> list[str]:
     return [word for item in overrides for word in ("--set", item)]
@@ -156,6 +166,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
 
 
 def test_the_venv_holds_the_wheel_and_its_core_dependencies_only(installed: Installed) -> None:
+    """Every module imports without the `hooks` extra but those of the hooks, export and
+    serving, which stop with `MissingExtra` (one line naming the extra)."""
     purelib = installed.python("import sysconfig; print(sysconfig.get_paths()['purelib'])")
     assert installed.python("import fedmc_flwr; print(fedmc_flwr.__file__)").startswith(purelib)
     base, *path = installed.python("import sys; print(sys.base_prefix, *sys.path)").split()
@@ -163,6 +175,10 @@ def test_the_venv_holds_the_wheel_and_its_core_dependencies_only(installed: Inst
     assert elsewhere == []  # nothing reaches another environment (this one's, say)
     probe = f"import importlib.util as u; print([m for m in {HOOKS_ONLY} if u.find_spec(m)])"
     assert installed.python(probe) == "[]"
+    assert installed.python(IMPORT_EVERY_MODULE).splitlines() == [
+        f"fedmc_flwr.integrations.{module}: MissingExtra"
+        for module in ("decisions", "export", "kubernetes", "openstack", "runner", "serving")
+    ]
     assert installed.fedmc("--version").stdout.strip() == "fedmc 0.1.0"
 
 
