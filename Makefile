@@ -79,14 +79,14 @@ results: setup
 	$(BIN)/fedmc plot results/sweeps/default
 	$(RESULTS_DOC)
 
-# Each training seed's federated policy of the default sweep (round 5), unchanged, on
+# Each training seed's federated policy of the default sweep (its last round), unchanged, on
 # conf/transfer_<target>.yaml's held-out worlds beside every dispatcher there.
 transfers: setup
 	for t in $(TRANSFERS); do \
 	  out=results/transfers/transfer_$$t; \
 	  for s in $(SEEDS); do \
 	    $(BIN)/fedmc transfer --config conf/transfer_$$t.yaml --set results_dir=$$out \
-	      --checkpoint results/sweeps/default/ppo-fedavg-s$$s/checkpoints/round_005.npz || exit 1; \
+	      --checkpoint results/sweeps/default/ppo-fedavg-s$$s/checkpoints/round_008.npz || exit 1; \
 	  done; \
 	  $(BIN)/fedmc report $$out/transfer_$$t-transfer-ppo-fedavg-s* --baseline sed \
 	    --baseline myopic-expected --markdown > $$out/summary.md || exit 1; \

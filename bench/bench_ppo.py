@@ -67,7 +67,10 @@ TORCH_ACTING = "two-tier, torch acting"
 
 def _learner(cfg: ExperimentConfig, kind: str) -> PPOLearner:
     """A learner of network `kind` on every region, at the config's settings."""
-    cfg = replace(cfg, ppo=replace(cfg.ppo, policy=kind))
+    # only the two-tier network has a privileged critic
+    privileged_critic = cfg.ppo.privileged_critic and kind == "two-tier"
+    ppo = replace(cfg.ppo, policy=kind, privileged_critic=privileged_critic)
+    cfg = replace(cfg, ppo=ppo)
     return PPOLearner(cfg, list(range(cfg.world.regions)), cfg.seed)
 
 

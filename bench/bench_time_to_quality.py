@@ -205,7 +205,10 @@ def main() -> None:
     judge = Judge(cfg, args.worlds, args.steps, args.baseline)
     outcomes = []
     for kind in filter(None, args.kinds.split(",")):
-        kind_cfg = replace(cfg, ppo=replace(cfg.ppo, policy=kind))
+        # only the two-tier network has a privileged critic
+        privileged_critic = cfg.ppo.privileged_critic and kind == "two-tier"
+        ppo = replace(cfg.ppo, policy=kind, privileged_critic=privileged_critic)
+        kind_cfg = replace(cfg, ppo=ppo)
         outcomes.append(centralised(kind_cfg, judge, args.cap_s))
         outcomes.append(federated(kind_cfg, judge, args.cap_s))
     if not args.no_sb3:
