@@ -36,11 +36,19 @@ class Metric:
     """One sentence for the Prometheus gauge of its metrics.csv column."""
     column: str = ""
     """Its metrics.csv column, when that differs from `name`."""
+    board: str = ""
+    """Its TensorBoard name, when the title's unit differs from the CSV's (`scale` != 1):
+    TensorBoard shows the scaled value, so the name says the unit it is in."""
 
     @property
     def csv_column(self) -> str:
         """The metrics.csv column of this metric."""
         return self.column or self.name
+
+    @property
+    def board_name(self) -> str:
+        """The name of this metric in TensorBoard, in the title's unit."""
+        return self.board or self.name
 
     def cell(self, value: float) -> str:
         """A value in the CSV's unit, scaled and formatted for a table."""
@@ -93,6 +101,7 @@ METRICS: tuple[Metric, ...] = (
         ".3f",
         False,
         "Mean held-out cost per job, in USD",
+        board="cost_µUSD",
     ),
     Metric(
         "carbon_g",
@@ -102,6 +111,7 @@ METRICS: tuple[Metric, ...] = (
         ".3f",
         False,
         "Mean held-out carbon per job, in gCO2eq",
+        board="carbon_mg",
     ),
     Metric(
         "energy_kwh",
@@ -111,6 +121,7 @@ METRICS: tuple[Metric, ...] = (
         ".3f",
         False,
         "Mean held-out energy per job, in kWh",
+        board="energy_mWh",
     ),
 )
 """In the order of the CSVs' columns."""

@@ -2,20 +2,30 @@
 
 One TensorBoard run per learner or region, named like metrics.csv's `client` column
 (`tb/us-east1`, `tb/all`), so one chart overlays a run's regions and, under `--logdir
-results`, the cells of a sweep (`results/sweeps/<sweep>/<cell>/tb/<client>`). Tags:
+results`, the cells of a sweep (`results/sweeps/<sweep>/<cell>/tb/<client>`); and one run
+per dispatcher, `tb/dispatchers/<name>`, so each chart of held-out metrics carries every
+dispatcher's level beside the learner's. Tags:
 
-- `heldout/<metric>`, one per `metrics.METRICS` (its name, in metrics.csv's units): the
-  learner's held-out evaluation after each round, per region and over all of them (`all`);
+- `heldout/<metric>`, one per `metrics.METRICS`, in the unit of the console's table
+  (`Metric.board_name`: `cost_µUSD`, `carbon_mg`, `energy_mWh`; metrics.csv keeps USD, g
+  and kWh): the held-out evaluation after each round, per region and over all of them
+  (`all`), and each dispatcher's over all regions;
 - for each PPO update (one rollout and its epochs), CleanRL's names: `losses/value_loss`,
   `losses/policy_loss`, `losses/entropy`, `losses/approx_kl`, `losses/clipfrac`,
   `losses/explained_variance`, `charts/learning_rate` and `charts/SPS`, in the run of the
-  learner that made it (a region's in a federation, `all` for the centralised learner).
+  learner that made it (a region's in a federation, `all` for the centralised learner);
+- `charts/episodic_return` once a round, in the same runs (and `all` for a federation's
+  regions together): the round's mean reward per job over its training episodes. The
+  world is a continuing task whose episodes are cut at `ppo.episode_steps` jobs, so the
+  return is given per job, on the held-out reward's scale;
+- in `all`, the run's config as text (`config`) and its scalar settings as TensorBoard
+  hyperparameters (the HParams tab), with the held-out reward as their metric.
 
 Every step is the environment steps the run has trained on so far, over all regions:
 per_seed.csv's `train_steps`, and for the centralised learner CleanRL's `global_step`. The
 learners of a round train side by side, so an update sits at the round's start plus the
 share of the round's steps that its learner had collected by then (`update_steps`); a
-round's last updates and its evaluation share one step.
+round's last updates, its training return and its evaluation share one step.
 
 A resumed run opens its writers with `purge_from`, the steps of the last completed round:
 TensorBoard then hides what an interrupted round had logged past it, and the new events go
@@ -30,11 +40,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from tensorboardX import SummaryWriter
+from tensorboardX.summary import hparams
 
 from fedmc_flwr.metrics import METRICS
 from fedmc_flwr.results import BOARD_DIR
 
 HELD_OUT = "heldout/"
+RETURN = "charts/episodic_return"
+DISPATCHERS = "dispatchers/"
+"""The folder of the dispatchers' runs under `tb/`."""
+SETTINGS_RUN = "all"
+"""The run that carries the config and the hyperparameters."""
 PPO_TAGS = {
     "value_loss": "losses/value_loss",
     "policy_loss": "losses/policy_loss",
@@ -49,8 +65,12 @@ PPO_TAGS = {
 
 
 def heldout_scalars(row: Mapping[str, object]) -> dict[str, float]:
-    """A metrics.csv eval row's metrics, tagged `heldout/<name>`."""
-    return {HELD_OUT + m.name: float(row[m.csv_column]) for m in METRICS}  # type: ignore[arg-type]
+    """A metrics.csv eval row's metrics in the console table's units, tagged
+    `heldout/<board name>`."""
+    return {
+        HELD_OUT + m.board_name: float(row[m.csv_column]) * m.scale  # type: ignore[arg-type]
+        for m in METRICS
+    }
 
 
 def update_steps(base: int, round_steps: int, updates: Sequence[Mapping[str, float]]) -> list[int]:
@@ -96,6 +116,20 @@ class Board:
         """A learner's metrics.csv eval rows, each in the run of its client."""
         for row in rows:
             self.scalars(str(row["client"]), heldout_scalars(row), step)
+
+    def dispatchers(self, rows: Iterable[Mapping[str, object]], step: int) -> None:
+        """The dispatchers' metrics.csv eval rows over all regions, each in its own run."""
+        for row in rows:
+            if row["client"] == "all":
+                self.scalars(DISPATCHERS + str(row["policy"]), heldout_scalars(row), step)
+
+    def settings(self, config_yaml: str, values: Mapping[str, bool | int | float | str]) -> None:
+        """The run's config as text and `values` as hyperparameters, in SETTINGS_RUN, whose
+        held-out reward is their metric in the HParams tab."""
+        writer = self._writer(SETTINGS_RUN)
+        writer.add_text("config", f"```yaml\n{config_yaml}```", 0)
+        for summary in hparams(dict(values), {HELD_OUT + "reward": 0.0}):
+            writer.file_writer.add_summary(summary)
 
     def updates(
         self, run: str, updates: Sequence[Mapping[str, float]], base: int, round_steps: int

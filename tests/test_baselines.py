@@ -1,7 +1,8 @@
-"""`fedmc baselines`: every dispatcher, every region, one CSV and one table."""
+"""`fedmc baselines`: every dispatcher, every region, one CSV and `fedmc run`'s table."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,6 +17,42 @@ from fedmc_flwr.experiments.baselines import run_baselines
 from fedmc_flwr.policies.heuristics import DISPATCHERS, ORACLES
 from fedmc_flwr.results import COLUMNS, PER_SEED_COLUMNS, read_per_seed
 from fedmc_flwr.seeds import heldout_seeds
+
+TABLE_HEADING = "held-out evaluation, mean over regions:"
+
+
+def printed_table(out: str) -> tuple[list[str], list[list[str]]]:
+    """The header and the rows of the table a command printed (`tables.format_table`'s
+    layout: cells apart by two spaces or more), between its heading and the next line
+    that is not a row of it."""
+    lines = out[out.index(TABLE_HEADING) + len(TABLE_HEADING) :].strip("\n").splitlines()
+    header = re.split(r"\s{2,}", lines[0].strip())
+    rows = []
+    for line in lines[1:]:
+        cells = re.split(r"\s{2,}", line.strip())
+        if len(cells) != len(header):
+            break
+        rows.append(cells)
+    return header, rows
+
+
+def assert_ranked_and_paired(out: str, policies: set[str]) -> None:
+    """The table `fedmc run` prints: every policy once, best reward first, with a column of
+    paired differences against SED and one against the two-tier heuristic, "-" where a
+    baseline meets itself, and the note that says what they are."""
+    header, rows = printed_table(out)
+    assert header[:4] == ["policy", "reward ± ci95", "vs sed ± ci95", "vs two-tier ± ci95"]
+    assert {row[0] for row in rows} == policies and len(rows) == len(policies)
+    rewards = [float(row[1].split(" ± ")[0]) for row in rows]
+    assert rewards == sorted(rewards, reverse=True)
+    by_policy = {row[0]: row for row in rows}
+    assert by_policy["sed"][2] == "-" and by_policy["two-tier"][3] == "-"
+    # on the same worlds the paired mean is the difference of the means, to the last digit
+    sed = rewards[[row[0] for row in rows].index("sed")]
+    for row, reward in zip(rows, rewards, strict=True):
+        if row[0] != "sed":
+            assert float(row[2].split(" ± ")[0]) == pytest.approx(reward - sed, abs=1.5e-4)
+    assert "vs X: reward minus X's on the same held-out worlds" in out
 
 
 def _tiny(cfg: ExperimentConfig, tmp_path: Path) -> ExperimentConfig:
@@ -58,7 +95,7 @@ def test_run_baselines_writes_the_csv_and_prints_the_table(
         ("eval", "0", "small_demo")
     }
     out = capsys.readouterr().out
-    assert all(name in out for name in DISPATCHERS)
+    assert_ranked_and_paired(out, set(DISPATCHERS))
 
     per_seed = read_per_seed(path.parent / "per_seed.csv")
     assert tuple(per_seed.columns) == PER_SEED_COLUMNS

@@ -6,11 +6,13 @@ import csv
 
 import pytest
 from conftest import SMALL_DEMO, TINY_WORLD, csv_rows
-from test_tracking import CLEANRL_TAGS, HELD_OUT_TAGS, read_board
+from test_baselines import assert_ranked_and_paired
+from test_tracking import CLEANRL_TAGS, DISPATCHER_RUNS, HELD_OUT_TAGS, read_board
 
 from fedmc_flwr.cli import main
 from fedmc_flwr.config import ExperimentConfig, load_config
 from fedmc_flwr.experiments.training import _learners, matched_config, train
+from fedmc_flwr.federation.runner import last_round_table
 from fedmc_flwr.policies.heuristics import DISPATCHERS
 from fedmc_flwr.policies.ppo import PPOLearner
 from fedmc_flwr.results import COLUMNS, PER_SEED_COLUMNS, TIMING_COLUMNS, read_per_seed
@@ -92,7 +94,7 @@ def test_train_writes_the_tidy_rows_and_checkpoints(tmp_path, mode: str) -> None
     # TensorBoard: each learner's PPO updates (rollouts of 16 steps per env), the held-out
     # metrics per region and over all, at the steps per_seed.csv says were trained so far.
     board = read_board(path.parent / "tb")
-    assert set(board) == {"us-east1", "europe-west9", "all"}
+    assert set(board) == {"us-east1", "europe-west9", "all"} | DISPATCHER_RUNS
     learners = {"all"} if mode == "centralised" else {"us-east1", "europe-west9"}
     for run, tags in board.items():
         assert set(tags) == HELD_OUT_TAGS | (CLEANRL_TAGS if run in learners else set())
@@ -148,5 +150,8 @@ def test_cli_train_and_bad_mode(tmp_path, capsys) -> None:
     assert "round 1/1" in out and "SPS" in out and "ppo-local" in out
     assert (tmp_path / "small_demo-local" / "metrics.csv").is_file()
     assert (tmp_path / "small_demo-local" / "per_seed.csv").is_file()
+    # the table `fedmc run` prints of its own files, printed of these
+    assert_ranked_and_paired(out, {*DISPATCHERS, "ppo-local"})
+    assert last_round_table(tmp_path / "small_demo-local" / "metrics.csv") in out
     with pytest.raises(ValueError, match="unknown training mode"):
         train(tiny(tmp_path), "federated")

@@ -3,17 +3,22 @@
 Its columns are `fedmc_flwr.metrics`' titles, so the table and `fedmc report` name each
 statistic alike: cost, carbon and energy are means per job, and "per-world p95" is the
 mean over held-out worlds of each world's 95th percentile of latency, as in the report.
+`last_round_table` is what a run that wrote metrics.csv (or baselines.csv) and
+per_seed.csv prints at its end: every policy of its last round, best reward first, each
+paired against SED and the two-tier heuristic on the same held-out worlds.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import pandas as pd
 
 from fedmc_flwr.analysis.statistics import Estimate, paired_difference
 from fedmc_flwr.metrics import BY_NAME, POINT_METRICS, Metric
+from fedmc_flwr.results import PER_SEED_FILE, read_per_seed
 
 REWARD = BY_NAME["reward"]
 
@@ -100,3 +105,37 @@ def format_table(rows: list[dict], paired: Paired | None = None) -> str:
         )
         for line in [headers, *body]
     )
+
+
+PAIRED_NOTE = (
+    "reward: higher is better. vs X: reward minus X's on the same held-out worlds, "
+    "± 95% CI over those worlds (one training seed)."
+)
+
+
+def last_round_table(csv_path: Path) -> str:
+    """The last round's held-out evaluation of a metrics.csv (or baselines.csv) over all
+    regions, best reward first, with each policy's paired difference against
+    `PAIRED_BASELINES` from the per-world rewards in per_seed.csv beside it, so the table
+    carries its own evidence."""
+    frame = pd.read_csv(csv_path)
+    evals = frame[frame["phase"] == "eval"]
+    last = int(evals["round"].max())
+    rows = evals[evals["round"] == last].sort_values("reward", ascending=False, kind="stable")
+    per_seed = csv_path.parent / PER_SEED_FILE
+    paired = (
+        paired_against(read_per_seed(per_seed), PAIRED_BASELINES) if per_seed.is_file() else None
+    )
+    table = format_table(rows.drop(columns=["reason"], errors="ignore").to_dict("records"), paired)
+    note = f"\n{PAIRED_NOTE}" if paired else ""
+    return f"round {last}, held-out evaluation, mean over regions:\n{table}{note}"
+
+
+def duration(seconds: float) -> str:
+    """`42 s`, `3 min 20 s` or `2 h 05 min`: as precise as a person reads it."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"

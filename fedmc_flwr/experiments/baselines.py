@@ -4,14 +4,16 @@ The rows go to `results/<experiment>-baselines/baselines.csv` with the columns o
 metrics.csv, so the learners' evaluation rows and these compare in one table or plot, and
 every held-out world's values to `per_seed.csv` beside it (round 0), for paired
 comparisons (`fedmc report`). The `-baselines` suffix keeps them from overwriting the
-federated run's files in `results/<experiment>/`.
+federated run's files in `results/<experiment>/`. The printed table is `fedmc run`'s
+(`tables.last_round_table`): best first, each dispatcher paired against SED and the
+two-tier heuristic on the same held-out worlds.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from fedmc_flwr.analysis.tables import format_table
+from fedmc_flwr.analysis.tables import last_round_table
 from fedmc_flwr.config import ExperimentConfig
 from fedmc_flwr.evaluation import evaluate_dispatchers, per_seed_rows, summary_rows
 from fedmc_flwr.outputs import output_dir
@@ -39,6 +41,6 @@ def run_baselines(cfg: ExperimentConfig) -> Path:
     writer.write({"experiment": cfg.name, "round": 0, "phase": "eval", **row} for row in rows)
     key = {"experiment": cfg.name, "train_seed": cfg.seed, "round": 0, "train_steps": 0}
     per_seed_writer(out).write(per_seed_rows(results, names, **key))
-    print(format_table(rows))
+    print(last_round_table(path))
     print(f"wrote {path}")
     return path

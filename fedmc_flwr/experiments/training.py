@@ -16,10 +16,13 @@ gradient updates as the regions together, and its learning rate anneals over its
 planned steps. The steps each policy was trained on so far are in the `steps` column of
 the train rows and the `train_steps` column of per_seed.csv.
 
-TensorBoard's event files go to the experiment's `tb/` (`fedmc_flwr.tracking`): each
-learner's PPO updates in the run of its metrics.csv client (`all` for the centralised
-learner, a region's name for a local one), each round's held-out metrics per region and
-over all regions, all on the axis of the environment steps trained so far.
+The tables and TensorBoard's event files are written by `recording.Recorder`, the writer
+of the federation's too, so `fedmc train` and `fedmc run` write the same columns and tags
+(`fedmc_flwr.tracking`): each learner's PPO updates and training return in the run of its
+metrics.csv client (`all` for the centralised learner, a region's name for a local one),
+each round's held-out metrics per region and over all regions, and the dispatchers' beside
+them, all on the axis of the environment steps trained so far. The closing table is
+`fedmc run`'s: best first, each policy paired against SED and the two-tier heuristic.
 
 A local learner keeps its region's federation settings: it trains `train.step_share` of
 the steps, and a region that joins late (`federation.join_rounds`) gets its learner, from
@@ -33,7 +36,7 @@ import dataclasses
 import time
 from pathlib import Path
 
-from fedmc_flwr.analysis.tables import format_table, with_ci
+from fedmc_flwr.analysis.tables import duration, last_round_table, with_ci
 from fedmc_flwr.config import (
     ConfigError,
     ExperimentConfig,
@@ -42,20 +45,13 @@ from fedmc_flwr.config import (
     shares_one_estate,
     to_yaml,
 )
-from fedmc_flwr.evaluation import (
-    EvalResult,
-    evaluate,
-    evaluate_dispatchers,
-    per_seed_rows,
-    summary_rows,
-)
-from fedmc_flwr.federation.progress import duration
+from fedmc_flwr.evaluation import EvalResult, evaluate
 from fedmc_flwr.policies.checkpoints import learner_checkpoint
 from fedmc_flwr.policies.ppo import ROUND_METRICS, PPOLearner
-from fedmc_flwr.results import TIMING_COLUMNS, MetricsWriter, experiment_dir, per_seed_writer
+from fedmc_flwr.recording import Recorder, Trained
+from fedmc_flwr.results import experiment_dir
 from fedmc_flwr.seeds import learner_seed
 from fedmc_flwr.sim.signals import region_catalogue
-from fedmc_flwr.tracking import Board
 
 MODES = ("centralised", "local")
 
@@ -92,11 +88,8 @@ def _evaluate_learners(
     return results
 
 
-def train(cfg: ExperimentConfig, mode: str, *, overwrite: bool = True) -> Path:
-    """Train for cfg.train.rounds rounds, evaluating after each; return metrics.csv's path.
-
-    `overwrite=False` refuses (`ExperimentExists`) a results directory that already holds
-    results."""
+def _check(cfg: ExperimentConfig, mode: str) -> None:
+    """Refuse a mode that does not exist, or a config the centralised learner cannot pool."""
     if mode not in MODES:
         raise ValueError(f"unknown training mode {mode!r}; expected one of {MODES}")
     if mode == "centralised" and not shares_one_estate(cfg):
@@ -109,99 +102,75 @@ def train(cfg: ExperimentConfig, mode: str, *, overwrite: bool = True) -> Path:
             f"{cfg.name}: centralised PPO pools every region from round 1; "
             "federation.join_rounds and train.step_share are for federated and local runs"
         )
+
+
+def _train_one(learner: PPOLearner, client: str, steps: int, heading: str) -> Trained:
+    """One learner's round of `steps` steps per env (its first round begins by imitating
+    `ppo.imitation_teacher` where the config asks), printed on a line of its own."""
+    start = time.perf_counter()
+    stats = learner.train_round(steps, imitate=learner.global_step == 0)
+    wall = time.perf_counter() - start
+    print(
+        f"{heading} {client}: train reward {stats['reward']:.4f}  "
+        f"entropy {stats['entropy']:.3f}  SPS {stats['steps_per_second']:,.0f}"
+    )
+    return Trained(
+        client=client,
+        steps=int(stats["env_steps"]),
+        values={name: stats[name] for name in ROUND_METRICS},
+        steps_per_second=stats["steps_per_second"],
+        wall_time_s=wall,
+        updates=learner.updates,
+    )
+
+
+def train(cfg: ExperimentConfig, mode: str, *, overwrite: bool = True) -> Path:
+    """Train for cfg.train.rounds rounds, evaluating after each; return metrics.csv's path.
+
+    `overwrite=False` refuses (`ExperimentExists`) a results directory that already holds
+    results."""
+    _check(cfg, mode)
     policy = f"ppo-{mode}"
     out = experiment_dir(cfg.results_dir, f"{cfg.name}-{mode}", overwrite=overwrite)
     (out / "config.yaml").write_text(to_yaml(cfg))
-    metrics = MetricsWriter(out / "metrics.csv")
-    timing = MetricsWriter(out / "timing.csv", columns=TIMING_COLUMNS)
-    per_seed = per_seed_writer(out)
     region_names = [region.name for region in region_catalogue(cfg.world.regions)]
-    key = {"experiment": cfg.name}
-    seed_key = {"experiment": cfg.name, "train_seed": cfg.seed}
-
     print(f"[{policy}] evaluating the dispatchers on held-out seeds")
-    dispatchers = evaluate_dispatchers(cfg)
-    dispatcher_rows = summary_rows(dispatchers, region_names)
-    per_seed.write(per_seed_rows(dispatchers, region_names, **seed_key, round=0, train_steps=0))
+    recorder = Recorder(cfg, out, region_names, policy, pooled=False, progress=True)
     learners = _learners(cfg, mode)
     steps_per_env = matched_config(cfg, mode).train.steps_per_round
+    rounds = cfg.train.rounds
     print(
         f"[{policy}] {len(learners)} learner(s) x {cfg.ppo.num_envs} envs, "
-        f"{cfg.train.rounds} rounds x {steps_per_env} steps per env"
+        f"{rounds} rounds x {steps_per_env} steps per env"
     )
-    learner_rows: list[dict] = []
-    train_steps = 0
-    board = Board(out)
-    for rnd in range(1, cfg.train.rounds + 1):
+    for rnd in range(1, rounds + 1):
         round_start = time.perf_counter()
-        trained: dict[str, list[dict[str, float]]] = {}
-        round_steps = 0
         active = active_regions(cfg, rnd)
-        for k, (client, learner) in enumerate(learners.items()):
-            if mode == "local" and k not in active:
-                continue  # its region has not joined yet
-            steps = steps_per_env if mode == "centralised" else region_steps(cfg, k)
-            start = time.perf_counter()
-            stats = learner.train_round(steps, imitate=learner.global_step == 0)
-            wall = time.perf_counter() - start
-            row = {**key, "round": rnd, "phase": "train", "client": client, "policy": policy}
-            steps = int(stats["env_steps"])
-            round_steps += steps
-            trained[client] = learner.updates
-            metrics.write([{**row, "steps": steps, **{k: stats[k] for k in ROUND_METRICS}}])
-            timing.write(
-                [
-                    {
-                        **row,
-                        "steps": steps,
-                        "steps_per_second": stats["steps_per_second"],
-                        "wall_time_s": wall,
-                    }
-                ]
+        trained = [
+            _train_one(
+                learner,
+                client,
+                steps_per_env if mode == "centralised" else region_steps(cfg, k),
+                f"[{policy}] round {rnd}/{rounds}",
             )
-            print(
-                f"[{policy}] round {rnd}/{cfg.train.rounds} {client}: "
-                f"train reward {stats['reward']:.4f}  entropy {stats['entropy']:.3f}  "
-                f"SPS {stats['steps_per_second']:,.0f}"
-            )
-        for client, updates in trained.items():
-            board.updates(client, updates, train_steps, round_steps)
-        train_steps += round_steps
+            for k, (client, learner) in enumerate(learners.items())
+            if mode == "centralised" or k in active  # a local region trains once it has joined
+        ]
+        recorder.trained(rnd, trained, time.perf_counter() - round_start)
         start = time.perf_counter()
         evaluated = _evaluate_learners(cfg, learners, policy, active)
-        wall = time.perf_counter() - start
-        learner_rows = summary_rows(evaluated, region_names)
-        per_seed.write(
-            per_seed_rows(evaluated, region_names, **seed_key, round=rnd, train_steps=train_steps)
-        )
-        eval_key = {**key, "round": rnd, "phase": "eval"}
-        metrics.write({**eval_key, **row} for row in [*dispatcher_rows, *learner_rows])
-        overall = next(row for row in learner_rows if row["client"] == "all")
-        timing.write(
-            [
-                {
-                    **eval_key,
-                    "client": "all",
-                    "policy": policy,
-                    "steps": overall["steps"],
-                    "steps_per_second": overall["steps"] / wall,
-                    "wall_time_s": wall,
-                }
-            ]
-        )
-        board.heldout(learner_rows, train_steps)
-        board.flush()
+        overall = recorder.evaluated(rnd, evaluated, time.perf_counter() - start)
         took = time.perf_counter() - round_start
-        left = cfg.train.rounds - rnd
+        left = rounds - rnd
         print(
-            f"[{policy}] round {rnd}/{cfg.train.rounds} done in {duration(took)}: held-out reward "
-            + with_ci(overall["reward"], overall["reward_ci95"])
+            f"[{policy}] round {rnd}/{rounds} done in {duration(took)}: held-out reward "
+            + with_ci(float(overall["reward"]), float(overall["reward_ci95"]))
             + (f", about {duration(took * left)} left" if left else "")
         )
-    board.close()
+    recorder.close()
     for client, learner in learners.items():
         name = policy if client == "all" else f"{policy}-{client}"
         learner.save(learner_checkpoint(out, name))
-    print(format_table([*dispatcher_rows, *learner_rows]))
+    print(last_round_table(out / "metrics.csv"))
     print(f"wrote {out / 'metrics.csv'}")
     return out / "metrics.csv"

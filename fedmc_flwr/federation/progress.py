@@ -20,18 +20,10 @@ from logging import INFO
 
 from flwr.common.logger import log
 
+from fedmc_flwr.analysis.tables import duration
+
 DONE = "round %d/%d done"
 """How each round's line starts, before its details."""
-
-
-def duration(seconds: float) -> str:
-    """`42 s`, `3 min 20 s` or `2 h 05 min`: as precise as a person reads it."""
-    seconds = max(0, round(seconds))
-    if seconds < 60:
-        return f"{seconds} s"
-    if seconds < 3600:
-        return f"{seconds // 60} min {seconds % 60:02d} s"
-    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
 
 class RoundProgress:
