@@ -1,9 +1,11 @@
-"""Plots from hand-made metrics.csv files: learner curves, dispatcher lines, bad input."""
+"""Plots from hand-made metrics.csv files: learner curves, their bands and what the legend
+says of them, dispatcher lines and the oracle's, bad input."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -24,6 +26,23 @@ def _row(rnd: int, phase: str, client: str, policy: str, reward: float) -> dict:
         "reward": reward,
         "reward_ci95": 0.01,
         "latency_ms": -100 * reward,
+    }
+
+
+def _seed_row(policy: str, rnd: int, client: str, seed: int, reward: float) -> dict:
+    """A per_seed.csv row of held-out world `seed`."""
+    return {
+        "experiment": "demo",
+        "train_seed": 0,
+        "round": rnd,
+        "split": "test",
+        "client": client,
+        "policy": policy,
+        "eval_seed": seed,
+        "start_phase": (seed % 2) / 2,
+        "train_steps": 10 * rnd,
+        "jobs": 5,
+        "reward": reward,
     }
 
 
@@ -72,19 +91,7 @@ def test_paired_difference_plot_from_per_seed_csv(tmp_path: Path) -> None:
 
     def rows(policy: str, rnd: int, rewards: list[float]) -> list[dict]:
         return [
-            {
-                "experiment": "demo",
-                "train_seed": 0,
-                "round": rnd,
-                "split": "test",
-                "client": client,
-                "policy": policy,
-                "eval_seed": 1000 * k + j,
-                "start_phase": 0.25 + 0.5 * j,
-                "train_steps": 10 * rnd,
-                "jobs": 5,
-                "reward": rewards[2 * k + j],
-            }
+            _seed_row(policy, rnd, client, 1000 * k + j, rewards[2 * k + j])
             for k, client in enumerate(("a", "b"))
             for j in range(2)
         ]
@@ -173,7 +180,8 @@ def test_every_learner_has_a_colour_of_its_own_and_dispatchers_are_three_grey_li
 
     best = min(set(DISPATCHERS) - {"random"})  # the first in name order is at -0.55
     references = sorted(name for name in lines if name not in LEARNERS)
-    assert references == sorted([f"{best} (best dispatcher)", "sed (baseline)"])
+    oracle = "myopic-oracle (reference: reads hidden state)"
+    assert references == sorted([f"{best} (best dispatcher)", "sed (baseline)", oracle])
     reference_colours = {s.color for s in REFERENCE_STYLES.values()}
     assert {lines[name].get_color() for name in references} <= reference_colours
     assert reference_colours.isdisjoint(colours)  # no learner is mistaken for a dispatcher
@@ -240,3 +248,141 @@ def test_a_band_over_two_seeds_stops_at_the_metrics_physical_bounds() -> None:
     violations = band_over_seeds(curves, "slo_violation").iloc[0]
     assert (violations["low"], violations["high"]) == (0.0, 1.0)
     assert band_over_seeds(curves, "reward").iloc[0]["high"] == 0.0
+
+
+def _worlds(tmp_path: Path) -> tuple[Path, pd.DataFrame]:
+    """A run by hand: metrics.csv with its `all` eval rows and per_seed.csv beside it (2
+    regions x 3 worlds; the learner in rounds 1 and 2, level with SED; SED, the two-tier
+    heuristic, random and the oracle in round 0, the oracle best of all)."""
+    from fedmc_flwr.analysis.statistics import stratified_mean
+    from fedmc_flwr.results import per_seed_writer
+
+    levels = {"sed": -0.5, "two-tier": -0.6, "random": -0.9, "myopic-oracle": -0.45}
+    spread = [[0.0, 0.1, -0.1], [0.05, -0.05, 0.2]]
+    rows, metrics = [], []
+    for policy, rnd, level in [(p, 0, v) for p, v in levels.items()] + [
+        ("ppo-fedavg", 1, -0.7),
+        ("ppo-fedavg", 2, -0.5),
+    ]:
+        rewards = [[level + d * (rnd + 1) for d in region] for region in spread]
+        rows += [
+            _seed_row(policy, rnd, client, 100 * k + j, reward) | {"latency_ms": -100 * reward}
+            for k, client in enumerate(("a", "b"))
+            for j, reward in enumerate(rewards[k])
+        ]
+        reward = stratified_mean([np.array(r) for r in rewards])
+        for shown in [rnd] if rnd else [1, 2]:
+            metrics.append(
+                _row(shown, "eval", "all", policy, reward.mean) | {"reward_ci95": reward.half_width}
+            )
+    MetricsWriter(tmp_path / "metrics.csv").write(metrics)
+    per_seed_writer(tmp_path).write(rows)
+    return tmp_path / "metrics.csv", pd.DataFrame(metrics)
+
+
+def _bands(ax) -> list:
+    """The shaded bands drawn on `ax` (a legend's swatch has no area)."""
+    return [c for c in ax.collections if any(len(path.vertices) for path in c.get_paths())]
+
+
+def _legend(ax) -> list[str]:
+    return [text.get_text() for text in ax.get_legend().get_texts()]
+
+
+def test_every_level_plot_has_the_same_band_named_in_its_legend_and_under_the_references(
+    tmp_path: Path,
+) -> None:
+    """Reward and latency alike: the learner's band is the 95% CI over held-out worlds from
+    per_seed.csv (for the reward, the very interval metrics.csv holds), it has a legend
+    entry that says so, and every reference line is drawn above it, so SED's stays plain
+    where the band covers it."""
+    from fedmc_flwr.analysis.plots import LEVEL_BAND, PANELS, level_bands, metric_panel
+    from fedmc_flwr.results import read_per_seed
+
+    csv_path, metrics = _worlds(tmp_path)
+    worlds = read_per_seed(tmp_path / "per_seed.csv")
+    learner = metrics[metrics["policy"] == "ppo-fedavg"].set_index("round")
+    for column, ci, label, _ in PANELS:
+        bands = level_bands(worlds, column).set_index("round")
+        if column == "reward":
+            assert bands["half_width"].to_numpy() == pytest.approx(learner["reward_ci95"])
+        else:  # latency is -100 x reward here, so its interval is 100 times the reward's
+            assert bands["half_width"].to_numpy() == pytest.approx(100 * learner["reward_ci95"])
+        fig = metric_panel(metrics, column, ci, label, "demo", "sed", bands.reset_index())
+        ax = fig.axes[0]
+        (band,) = _bands(ax)
+        top = band.get_paths()[0].vertices[:, 1].max()
+        high = learner[column] + bands["half_width"]
+        assert top == pytest.approx(high.max())
+        assert LEVEL_BAND in _legend(ax)
+        sed = next(line for line in ax.get_lines() if line.get_label() == "sed (baseline)")
+        assert sed.get_zorder() > band.get_zorder()
+    paths = plot_metrics(csv_path)  # and on disk, from the files alone
+    assert [p.name for p in paths] == ["reward.png", "latency.png", "paired.png"]
+
+
+def test_without_per_seed_csv_only_the_reward_has_its_band_and_the_legend_says_so(
+    tmp_path: Path,
+) -> None:
+    from fedmc_flwr.analysis.plots import LEVEL_BAND, NO_BAND, PANELS, metric_panel
+
+    _, metrics = _worlds(tmp_path)
+    legends = {}
+    for column, ci, label, _ in PANELS:
+        ax = metric_panel(metrics, column, ci, label, "demo", "sed").axes[0]
+        legends[column] = (_legend(ax), len(_bands(ax)))
+    assert LEVEL_BAND in legends["reward"][0] and legends["reward"][1] == 1
+    assert NO_BAND in legends["latency_ms"][0] and legends["latency_ms"][1] == 0
+
+
+def test_the_oracle_is_a_reference_that_reads_hidden_state_never_the_best_dispatcher(
+    tmp_path: Path,
+) -> None:
+    from fedmc_flwr.analysis.plots import ORACLE, dispatcher_references, metric_panel
+
+    _, metrics = _worlds(tmp_path)
+    levels = metrics[metrics["round"] == 1].set_index("policy")["reward"].drop("ppo-fedavg")
+    roles = {policy: role for policy, role, _ in dispatcher_references(levels, "sed", True)}
+    assert roles == {
+        "sed": "baseline",
+        "random": "worst dispatcher",
+        "myopic-oracle": ORACLE,
+    }  # SED is the best deployable one, and stays the baseline
+    roles = {p: r for p, r, _ in dispatcher_references(levels, "two-tier", True)}
+    assert roles["sed"] == "best dispatcher" and roles["myopic-oracle"] == ORACLE
+    ax = metric_panel(metrics, "reward", "reward_ci95", "reward", "demo", "sed").axes[0]
+    assert "myopic-oracle (reference: reads hidden state)" in _legend(ax)
+    assert not any("best dispatcher" in text and "oracle" in text for text in _legend(ax))
+
+
+def test_the_paired_plots_band_is_named_in_its_legend(tmp_path: Path) -> None:
+    from fedmc_flwr.analysis.plots import PAIRED_BAND, _paired_panel, paired_differences
+
+    _worlds(tmp_path)
+    ax = _paired_panel(paired_differences(tmp_path / "per_seed.csv"), "demo").axes[0]
+    assert len(_bands(ax)) == 2 and PAIRED_BAND in _legend(ax)  # one per baseline
+
+
+def test_a_sweeps_per_round_bands_are_in_its_legend_and_its_reference_is_no_oracle() -> None:
+    from fedmc_flwr.analysis.sweep_plots import _per_round, _reference
+
+    curves = pd.DataFrame(
+        [
+            {"round": rnd, "train_seed": seed, "client": "a", "policy": policy}
+            | {"cost_usd": 1e-6 * (1 + seed), "carbon_g": 1e-3, "slo_violation": 0.1}
+            for rnd in (1, 2)
+            for seed in (0, 1)
+            for policy in ("ppo-fedavg", "sed", "myopic-oracle")
+        ]
+    )
+    summary = pd.DataFrame(
+        {
+            "policy": ["ppo-fedavg", "sed", "myopic-oracle"],
+            "learner": [True, False, False],
+            "baseline": ["two-tier"] * 3,  # not in the sweep: the best dispatcher stands in
+            "reward": [-0.6, -0.5, -0.4],
+        }
+    )
+    assert _reference(summary) == "sed"
+    legend = [text.get_text() for text in _per_round(curves, summary).legends[0].get_texts()]
+    assert "95% CI over training seeds" in legend and "sed (dispatcher)" in legend

@@ -1,18 +1,26 @@
 """Plots of any metrics.csv: how the learners' evaluation changes round by round.
 
-Learners (policies named `ppo-*`) are drawn as curves over rounds with their 95% bands,
-each in a colour and marker of its own (`learner_styles`). Dispatchers do not learn; a
-dozen flat lines in one band read as none, so they are shown as three labelled grey
-references (`dispatcher_references`): the baseline (SED), the best and the worst, which
-is named at the axis edge when it lies far off the learners' scale. Only the
-`client="all"` evaluation rows are used: the mean over regions on held-out seeds, the
-figure every producer of metrics.csv writes.
+Learners (policies named `ppo-*`) are drawn as curves over rounds, each in a colour and
+marker of its own (`learner_styles`), with one kind of band on every level plot (reward,
+latency): the 95% confidence interval over the held-out worlds, regions as strata, from
+per_seed.csv beside metrics.csv (`level_bands`; without that file the reward's band is
+metrics.csv's `reward_ci95`, the same interval, and the others have none). Every band
+has its legend entry saying what it is. Dispatchers do not learn; a dozen flat lines in
+one band read as none, so they are shown as labelled grey references
+(`dispatcher_references`): the baseline (SED), the best and the worst dispatcher, which
+is named at the axis edge when it lies far off the learners' scale, and each oracle,
+labelled as the reference it is: it reads hidden state (the jobs' true sizes) that no
+deployable dispatcher or learner sees, so it is never "the best dispatcher". The
+references are drawn above the bands, so a band never hides one. Only the `client="all"`
+evaluation rows are used: the mean over regions on held-out seeds, the figure every
+producer of metrics.csv writes.
 
 Two curves with overlapping bands can still differ: every policy meets the same held-out
-worlds, so the honest comparison is paired. When per_seed.csv lies next to metrics.csv,
-`paired.png` draws each learner minus each named baseline (default: SED and two-tier),
-per round, paired per evaluation seed and stratified over regions, with its 95% band over
-evaluation seeds; above 0 means better than the baseline.
+worlds, so the honest comparison is paired, and the level plots' band (unpaired) says so
+in its legend entry. When per_seed.csv lies next to metrics.csv, `paired.png` draws each
+learner minus each named baseline (default: SED and two-tier), per round, paired per
+evaluation seed and stratified over regions, with its 95% band over evaluation seeds;
+above 0 means better than the baseline.
 """
 
 from __future__ import annotations
@@ -26,6 +34,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from fedmc_flwr.analysis.statistics import stratified_mean
+from fedmc_flwr.config import ORACLE_NAMES
 from fedmc_flwr.metrics import METRICS
 
 PANELS = (
@@ -55,12 +65,21 @@ class Style:
     linestyle: str
 
 
+ORACLE = "reference: reads hidden state"
+"""The role of an oracle (`config.ORACLE_NAMES`) among the references."""
 REFERENCE_STYLES = {
     "baseline": Style("black", "", "--"),
     "best dispatcher": Style("0.35", "", "-."),
     "worst dispatcher": Style("0.55", "", ":"),
+    ORACLE: Style("0.45", "", "-"),
 }
 """The dispatchers' references: greys, told apart by their line styles."""
+REFERENCE_ZORDER = 4
+"""Above the learners' bands (1) and lines (3): a band never hides a reference."""
+BAND_ALPHA = 0.15
+LEVEL_BAND = "shaded: 95% CI over held-out worlds\n(unpaired; paired.png pairs them)"
+PAIRED_BAND = "shaded: 95% CI over held-out worlds (paired)"
+NO_BAND = "no band: no per_seed.csv beside metrics.csv"
 
 
 def _is_learner(policy: str) -> bool:
@@ -86,18 +105,22 @@ def dispatcher_references(
     levels: pd.Series, baseline: str | None, higher_is_better: bool
 ) -> list[tuple[str, str, float]]:
     """(policy, role, level) of the dispatchers worth a line: `baseline` when present,
-    then the best and the worst of `levels` (policy -> level) unless one is the baseline."""
-    if levels.empty:
-        return []
-    ordered = levels.sort_values(ascending=not higher_is_better)
+    then the best and the worst of `levels` (policy -> level) that see only what a
+    deployed dispatcher sees, unless one is the baseline, then each oracle (role ORACLE)."""
+    oracles = [str(policy) for policy in levels.index if policy in ORACLE_NAMES]
+    deployable = levels.drop(oracles)
     chosen = {}
     if baseline in levels.index:
         chosen[baseline] = "baseline"
-    for policy, role in (
-        (ordered.index[0], "best dispatcher"),
-        (ordered.index[-1], "worst dispatcher"),
-    ):
-        chosen.setdefault(str(policy), role)
+    if not deployable.empty:
+        ordered = deployable.sort_values(ascending=not higher_is_better)
+        for policy, role in (
+            (ordered.index[0], "best dispatcher"),
+            (ordered.index[-1], "worst dispatcher"),
+        ):
+            chosen.setdefault(str(policy), role)
+    for policy in oracles:
+        chosen.setdefault(policy, ORACLE)
     return [(policy, role, float(levels[policy])) for policy, role in chosen.items()]
 
 
@@ -123,7 +146,14 @@ def draw_references(
         style = REFERENCE_STYLES[role]
         label = f"{policy} ({role})"
         if low <= level <= high:
-            ax.axhline(level, color=style.color, ls=style.linestyle, lw=1.2, label=label)
+            ax.axhline(
+                level,
+                color=style.color,
+                ls=style.linestyle,
+                lw=1.6,
+                label=label,
+                zorder=REFERENCE_ZORDER,
+            )
             continue
         below = level < low
         ax.annotate(
@@ -151,17 +181,48 @@ def _eval_rows(csv_path: Path) -> pd.DataFrame:
     return rows.sort_values("round")
 
 
+def level_bands(per_seed: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Each learner's 95% half-width of `metric` (a per_seed.csv column) per round: over
+    the held-out worlds, regions as strata (`stratified_mean`, as metrics.csv's
+    `reward_ci95`). Columns policy, round, half_width."""
+    learners = per_seed[(per_seed["round"] > 0) & per_seed["policy"].map(_is_learner)]
+    rows = [
+        {
+            "policy": policy,
+            "round": int(rnd),
+            "half_width": stratified_mean(
+                [group[metric].to_numpy() for _, group in rows.groupby("client", sort=True)]
+            ).half_width,
+        }
+        for (policy, rnd), rows in learners.groupby(["policy", "round"], sort=True)
+    ]
+    return pd.DataFrame(rows, columns=["policy", "round", "half_width"])
+
+
 def metric_panel(
-    rows: pd.DataFrame, column: str, ci: str | None, label: str, title: str, baseline: str | None
+    rows: pd.DataFrame,
+    column: str,
+    ci: str | None,
+    label: str,
+    title: str,
+    baseline: str | None,
+    bands: pd.DataFrame | None = None,
 ) -> Figure:
-    """One metric of `client="all"` evaluation rows per round: each learner's curve (and
-    its `ci` band) in its own style, the dispatchers as `draw_references` with `baseline`."""
+    """One metric of `client="all"` evaluation rows per round: each learner's curve with
+    its band (`bands`, from `level_bands`; else the rows' `ci` column; else none, said in
+    the legend) in its own style, the dispatchers as `draw_references` with `baseline`."""
     # A bare Figure (no pyplot): no GUI backend, no global figure registry to leak into.
     fig = Figure(figsize=(7, 4.2))
     ax = fig.subplots()
     rounds = sorted(rows["round"].unique())
     span = (min(rounds) - 0.2, max(rounds) + 0.2)
     learners = rows[rows["policy"].map(_is_learner)]
+    if bands is not None:
+        learners = learners.merge(bands, on=["policy", "round"], how="left")
+    elif ci is not None:
+        learners = learners.assign(half_width=learners[ci])
+    else:
+        learners = learners.assign(half_width=float("nan"))
     styles = learner_styles(learners["policy"])
     for policy, group in learners.groupby("policy", sort=True):
         style = styles[policy]
@@ -173,23 +234,37 @@ def metric_panel(
             ls=style.linestyle,
             lw=2,
             label=policy,
+            zorder=3,
         )
-        if ci is not None and group[ci].notna().any():
-            ax.fill_between(
-                group["round"],
-                group[column] - group[ci],
-                group[column] + group[ci],
-                color=style.color,
-                alpha=0.2,
-            )
+        _band(ax, group["round"], group[column], group["half_width"], style.color)
     dispatchers = rows[~rows["policy"].map(_is_learner)].groupby("policy")[column].mean()
     around = None
     if not learners.empty:
-        spread = learners[ci].fillna(0) if ci is not None else 0
+        spread = learners["half_width"].fillna(0)
         values = pd.concat([learners[column] - spread, learners[column] + spread])
         around = (float(values.min()), float(values.max()))
+        has_band = learners["half_width"].notna().any()
+        band_legend_entry(ax, LEVEL_BAND if has_band else NO_BAND, shaded=has_band)
     draw_references(ax, dispatchers, baseline, HIGHER_IS_BETTER[column], around)
     return _finish(fig, ax, label, title, span)
+
+
+def _band(ax: Axes, x: pd.Series, mean: pd.Series, half_width: pd.Series, color: str) -> None:
+    """A learner's band under every line (zorder 1), without edges, faint enough that a
+    reference crossing it stays plain."""
+    if half_width.notna().any():
+        ax.fill_between(
+            x, mean - half_width, mean + half_width, color=color, alpha=BAND_ALPHA, lw=0, zorder=1
+        )
+
+
+def band_legend_entry(ax: Axes, text: str, shaded: bool) -> None:
+    """A legend entry for what the bands are (a grey swatch of their shade), or one that
+    says there are none; it draws nothing on the axes."""
+    if shaded:
+        ax.fill_between([], [], color="0.5", alpha=2 * BAND_ALPHA, lw=0, label=text)
+    else:
+        ax.plot([], [], ls="none", label=text)
 
 
 def _paired_panel(diffs: dict[str, pd.DataFrame], title: str) -> Figure:
@@ -211,16 +286,12 @@ def _paired_panel(diffs: dict[str, pd.DataFrame], title: str) -> Figure:
             ls=style.linestyle,
             lw=2,
             label=label,
+            zorder=3,
         )
-        ax.fill_between(
-            group["round"],
-            group["mean"] - group["half_width"],
-            group["mean"] + group["half_width"],
-            color=style.color,
-            alpha=0.2,
-        )
+        _band(ax, group["round"], group["mean"], group["half_width"], style.color)
+    band_legend_entry(ax, PAIRED_BAND, shaded=True)
     span = (min(rounds) - 0.2, max(rounds) + 0.2)
-    ax.axhline(0.0, color="black", lw=1)
+    ax.axhline(0.0, color="black", lw=1, zorder=REFERENCE_ZORDER)
     ylabel = "paired difference in reward per job\n(> 0: learner better; 95% CI)"
     return _finish(fig, ax, ylabel, title, span)
 
@@ -265,7 +336,7 @@ def plot_metrics(
     `plots/` folder), and, when per_seed.csv is next to it and has learners, the paired
     differences against `baselines` (`paired.png`); return the PNG paths. The first of
     `baselines` (default SED) is the dispatchers' labelled baseline."""
-    from fedmc_flwr.results import PER_SEED_FILE
+    from fedmc_flwr.results import PER_SEED_FILE, read_per_seed
 
     csv_path = Path(csv_path)
     rows = _eval_rows(csv_path)
@@ -273,15 +344,17 @@ def plot_metrics(
     out_dir.mkdir(parents=True, exist_ok=True)
     experiment = str(rows["experiment"].iloc[0]) if "experiment" in rows else csv_path.stem
     reference = (baselines or DEFAULT_BASELINES)[0]
+    per_seed = csv_path.parent / PER_SEED_FILE
+    worlds = read_per_seed(per_seed) if per_seed.is_file() else None
     paths = []
     for column, ci, label, name in PANELS:
         title = f"{experiment}: held-out evaluation, all regions"
-        fig = metric_panel(rows, column, ci, label, title, reference)
+        bands = None if worlds is None else level_bands(worlds, column)
+        fig = metric_panel(rows, column, ci, label, title, reference, bands)
         path = out_dir / name
         fig.savefig(path, dpi=120, bbox_inches="tight")
         paths.append(path)
-    per_seed = csv_path.parent / PER_SEED_FILE
-    if per_seed.is_file():
+    if worlds is not None:
         diffs = paired_differences(per_seed, baselines)
         if any(not frame.empty for frame in diffs.values()):
             title = f"{experiment}: learner minus baseline, paired per held-out world"

@@ -35,8 +35,9 @@ from matplotlib.text import Annotation
 from matplotlib.ticker import MaxNLocator
 from matplotlib.transforms import Bbox
 
-from fedmc_flwr.analysis.plots import learner_styles
+from fedmc_flwr.analysis.plots import band_legend_entry, learner_styles
 from fedmc_flwr.analysis.statistics import over_training_seeds
+from fedmc_flwr.config import ORACLE_NAMES
 from fedmc_flwr.metrics import METRICS
 
 FORMATS = ("png", "svg")
@@ -102,8 +103,9 @@ def _learner_ci(summary: pd.DataFrame) -> str:
 
 
 def _reference(summary: pd.DataFrame) -> str:
-    """The dispatcher drawn as the dashed line: the baseline if it is one, else the best."""
-    dispatchers = summary[~summary["learner"]]
+    """The dispatcher drawn as the dashed line: the baseline if it is one, else the best
+    that sees only what a deployed dispatcher sees (an oracle reads hidden state)."""
+    dispatchers = summary[~summary["learner"] & ~summary["policy"].isin(ORACLE_NAMES)]
     baseline = str(summary["baseline"].iloc[0])
     if baseline in set(dispatchers["policy"]):
         return baseline
@@ -194,6 +196,7 @@ def _per_round(curves: pd.DataFrame, summary: pd.DataFrame) -> Figure:
             )
         level = curves.loc[curves["policy"] == reference, metric].mean() * scale
         ax.axhline(level, color="black", ls="--", lw=1, label=f"{reference} (dispatcher)")
+        band_legend_entry(ax, _band_label(curves), shaded=curves["train_seed"].nunique() > 1)
         ax.set_xlabel("round")
         ax.set_ylabel(label)
         ax.set_title(f"{label}\n({direction})", fontsize=10)
