@@ -65,7 +65,11 @@ def output_file(path: str | Path, what: str) -> Path:
     An existing file is opened for appending and left as it was; a new one is created and
     removed again, so a command that fails later leaves nothing behind."""
     path = Path(path)
-    if path.is_dir():
+    try:
+        is_folder = path.is_dir()
+    except OSError as exc:  # a name longer than the file system takes
+        raise _refusal(what, path, "write this file", path, exc) from None
+    if is_folder:
         raise OutputError(f"{what} {path}: is a folder, expected a file to write")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
