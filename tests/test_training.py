@@ -12,7 +12,7 @@ from test_tracking import CLEANRL_TAGS, DISPATCHER_RUNS, HELD_OUT_TAGS, read_boa
 from fedmc_flwr.cli import main
 from fedmc_flwr.config import ExperimentConfig, load_config
 from fedmc_flwr.experiments.training import _learners, matched_config, train
-from fedmc_flwr.federation.runner import last_round_table
+from fedmc_flwr.federation.summary import last_round_table
 from fedmc_flwr.policies.heuristics import DISPATCHERS
 from fedmc_flwr.policies.ppo import PPOLearner
 from fedmc_flwr.results import COLUMNS, PER_SEED_COLUMNS, TIMING_COLUMNS, read_per_seed

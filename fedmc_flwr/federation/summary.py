@@ -3,40 +3,16 @@ results and its last round's table printed.
 
 `fedmc run` prints it once the run's status says completed; under a plain `flwr run`,
 where no `fedmc` process waits for the run, the ServerApp prints it when the run ends
-(its output reaches `flwr run --stream` and `flwr log`), so both end the same way.
+(its output reaches `flwr run --stream` and `flwr log`), so both end the same way. The
+table is the one `fedmc train` and `fedmc baselines` print too (`tables.last_round_table`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
-
 from fedmc_flwr.analysis.plots import plot_metrics
-from fedmc_flwr.analysis.tables import PAIRED_BASELINES, format_table, paired_against
-from fedmc_flwr.results import PER_SEED_FILE, read_per_seed
-
-
-def last_round_table(csv_path: Path) -> str:
-    """The last round's held-out evaluation (mean over regions), best reward first, with
-    each policy's paired difference against `PAIRED_BASELINES` from the run's per-world
-    rewards (per_seed.csv beside metrics.csv), so the table carries its own evidence."""
-    frame = pd.read_csv(csv_path)
-    evals = frame[frame["phase"] == "eval"]
-    last = int(evals["round"].max())
-    rows = evals[evals["round"] == last].sort_values("reward", ascending=False)
-    per_seed = csv_path.parent / PER_SEED_FILE
-    paired = (
-        paired_against(read_per_seed(per_seed), PAIRED_BASELINES) if per_seed.is_file() else None
-    )
-    table = format_table(rows.drop(columns=["reason"], errors="ignore").to_dict("records"), paired)
-    note = (
-        "\nreward: higher is better. vs X: reward minus X's on the same held-out worlds, "
-        "± 95% CI over those worlds (one training seed)."
-        if paired
-        else ""
-    )
-    return f"round {last}, held-out evaluation, mean over regions:\n{table}{note}"
+from fedmc_flwr.analysis.tables import last_round_table
 
 
 def finish(out: Path) -> str:
