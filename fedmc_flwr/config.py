@@ -226,10 +226,12 @@ DISPATCHER_NAMES = (
     "greenest-region",
     "myopic-expected",
     "myopic-oracle",
+    "myopic-oracle-size",
+    "myopic-oracle-backlogs",
 )
 """Every dispatcher of `policies/heuristics.py`, in its registry's order (a test holds the
 two equal)."""
-ORACLE_NAMES = ("myopic-oracle",)
+ORACLE_NAMES = ("myopic-oracle", "myopic-oracle-size", "myopic-oracle-backlogs")
 """The dispatchers that read what the observation hides: references, never competitors."""
 IMITATION_TEACHERS = tuple(name for name in DISPATCHER_NAMES if name not in ORACLE_NAMES)
 """The dispatchers `ppo.imitation_teacher` may name: a teacher reads only the observation."""

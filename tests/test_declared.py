@@ -91,17 +91,17 @@ def test_myopic_expected_prices_the_declared_size(small_demo, actions) -> None:
     _run(sim, actions[:50])
     sim.state.backlog[:] = 0.0
     sim.state.count[:] = 0
-    np.testing.assert_allclose(sim.expected_dispatch_costs(), sim.dispatch_costs())
+    np.testing.assert_allclose(sim.dispatch_costs(False, False), sim.dispatch_costs())
     noisy = _world(small_demo, 1.0)
     _run(noisy, actions[:50])
-    costs = noisy.expected_dispatch_costs()
+    costs = noisy.dispatch_costs(False, False)
     noisy.state.size[:] *= 3.0
-    np.testing.assert_array_equal(noisy.expected_dispatch_costs(), costs)
+    np.testing.assert_array_equal(noisy.dispatch_costs(False, False), costs)
     noisy.state.declared[:] *= 3.0
-    assert not np.array_equal(noisy.expected_dispatch_costs(), costs)
+    assert not np.array_equal(noisy.dispatch_costs(False, False), costs)
     actions_now = DISPATCHERS["myopic-expected"](noisy, seed=1).act(noisy.obs, noisy.mask)
-    chosen = noisy.expected_dispatch_costs()[np.arange(ENVS), actions_now]
-    np.testing.assert_array_equal(chosen, noisy.expected_dispatch_costs().min(axis=1))
+    chosen = noisy.dispatch_costs(False, False)[np.arange(ENVS), actions_now]
+    np.testing.assert_array_equal(chosen, noisy.dispatch_costs(False, False).min(axis=1))
 
 
 @pytest.mark.parametrize(

@@ -5,8 +5,8 @@ what a real load balancer could know: the observation (queues, live nodes, price
 background load, which nodes are local to the ingress, through `sim.layout`) and the
 estate's static facts (`sim.spec`: node speeds and powers, RTTs, mean service time, SLO),
 which they read in float64 from the spec rather than from the float32 observation. Only
-the myopic oracle reads hidden state (the waiting job's true size and the exact backlogs),
-as a reference.
+the oracles read hidden state (the waiting job's true size, the exact backlogs, or one of
+the two), as references.
 None ever returns a masked action: every choice is an argmin or argmax over valid actions
 only, and the world guarantees at least one valid action per env.
 
@@ -215,37 +215,52 @@ class GreenestRegionPolicy(_GreedyRegionPolicy):
         return carbon * self.power_w * self._busy_s(obs) * PUE / 3.6e6
 
 
-class MyopicOraclePolicy:
-    """Minimises the immediate weighted cost knowing the job's true size and the exact
-    backlogs (`sim.dispatch_costs()`): a strong reference, not a learner. It must act on
-    the very `sim` it was built for, between that sim's steps."""
-
-    name = "myopic-oracle"
-
-    def __init__(self, sim: MultiCloudSim, seed: int = 0) -> None:
-        self.sim = sim
-
-    def act(self, obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        return np.where(mask, self.sim.dispatch_costs(), np.inf).argmin(axis=1)
-
-
 class MyopicExpectedPolicy(_Dispatcher):
-    """The myopic oracle's rule on what the observation holds: the least immediate
-    weighted cost (latency, SLO violation, cost, carbon) for a job of mean size, or of its
-    declared size with `world.declared_size`, behind `queue` mean-size jobs
-    (`sim.expected_dispatch_costs()`), ties broken at random. A fair competitor: what a
-    myopic learner can reach, so its gap to the oracle is the worth of the hidden sizes
-    and backlogs, and a learner's lead over it is foresight."""
+    """The least immediate weighted cost (latency, SLO violation, cost, carbon) as the
+    observation can know it: the job at its mean size (or its declared size with
+    `world.declared_size`), behind `queue` mean-size jobs (`sim.dispatch_costs`), ties
+    broken at random. A fair competitor: what a myopic learner can reach, so a learner's
+    lead over it is foresight.
+
+    Its subclasses are the oracles: the same rule knowing hidden state (`knows_size`, the
+    waiting job's true size; `knows_backlogs`, the exact work queued at each node). They
+    must act on the very `sim` they were built for, between that sim's steps. The four
+    split the myopic oracle's lead into what each hidden fact buys."""
 
     name = "myopic-expected"
+    knows_size = False
+    knows_backlogs = False
 
     def __init__(self, sim: MultiCloudSim, seed: int = 0) -> None:
         super().__init__(sim, seed)
         self.sim = sim
 
     def act(self, obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        costs = np.where(mask, self.sim.expected_dispatch_costs(), np.inf)
-        return _argmin_random_ties(costs, self.rng)
+        costs = self.sim.dispatch_costs(self.knows_size, self.knows_backlogs)
+        return _argmin_random_ties(np.where(mask, costs, np.inf), self.rng)
+
+
+class MyopicOraclePolicy(MyopicExpectedPolicy):
+    """Knows the job's true size and the exact backlogs: a strong reference, not a
+    learner (it reads what no deployed dispatcher can)."""
+
+    name = "myopic-oracle"
+    knows_size = True
+    knows_backlogs = True
+
+
+class SizeOraclePolicy(MyopicExpectedPolicy):
+    """Knows the job's true size only; queued work as the observation estimates it."""
+
+    name = "myopic-oracle-size"
+    knows_size = True
+
+
+class BacklogOraclePolicy(MyopicExpectedPolicy):
+    """Knows the exact backlogs only; the waiting job as a mean (or declared) one."""
+
+    name = "myopic-oracle-backlogs"
+    knows_backlogs = True
 
 
 DISPATCHERS: dict[str, PolicyFactory] = {
@@ -259,8 +274,12 @@ DISPATCHERS: dict[str, PolicyFactory] = {
     "greenest-region": GreenestRegionPolicy,
     "myopic-expected": MyopicExpectedPolicy,
     "myopic-oracle": MyopicOraclePolicy,
+    "myopic-oracle-size": SizeOraclePolicy,
+    "myopic-oracle-backlogs": BacklogOraclePolicy,
 }
 """Every dispatcher by name; each takes the sim it acts on (and `seed=` where it draws)."""
 
-ORACLES: frozenset[str] = frozenset({"myopic-oracle"})
+ORACLES: frozenset[str] = frozenset(
+    {"myopic-oracle", "myopic-oracle-size", "myopic-oracle-backlogs"}
+)
 """Dispatchers that read hidden state: references, never competitors."""

@@ -353,23 +353,27 @@ class MultiCloudSim:
             else:
                 reg[swing] = 0.0
 
-    def dispatch_costs(self) -> np.ndarray:
+    def dispatch_costs(self, knows_size: bool = True, knows_backlogs: bool = True) -> np.ndarray:
         """[B, A] immediate weighted cost of each action for the waiting job (inf if masked).
 
-        It reads the hidden state (the job's true size, the exact backlog): only the
-        myopic oracle, a reference and not a learner, may use it.
+        With both flags it reads the hidden state (the job's true size, the exact
+        backlogs): only an oracle, a reference and not a learner, may use it. Without
+        one, that part is estimated as the observation can know it: the job at its
+        declared size (`world.declared_size`; a mean job without it), each queued job at
+        the mean size. Without both it is the myopic cost a policy could compute, and the
+        four combinations split the myopic oracle's lead into what it knows and what it
+        weighs.
         """
-        return self._dispatch_costs(self.state.size, self.state.backlog)
-
-    def expected_dispatch_costs(self) -> np.ndarray:
-        """[B, A] the same cost as the observation can know it: the job at its declared size
-        (`world.declared_size`; a mean job without it) behind `queue` jobs of mean size
-        each, no hidden state. Beside `dispatch_costs` it splits the myopic oracle's lead
-        into what it knows (sizes, backlogs) and what it weighs."""
-        mean = self.spec.mean_service_s
         state = self.state
-        job = state.declared if self.spec.declared_size else np.full(self.num_envs, mean)
-        return self._dispatch_costs(job, state.count * mean)
+        mean = self.spec.mean_service_s
+        if knows_size:
+            size = state.size
+        elif self.spec.declared_size:
+            size = state.declared
+        else:
+            size = np.full(self.num_envs, mean)
+        backlog = state.backlog if knows_backlogs else state.count * mean
+        return self._dispatch_costs(size, backlog)
 
     def _dispatch_costs(self, size: np.ndarray, backlog: np.ndarray) -> np.ndarray:
         out = np.empty((self.num_envs, self.num_actions))
