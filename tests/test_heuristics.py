@@ -193,6 +193,28 @@ def test_myopic_expected_reads_no_hidden_state(small_demo: ExperimentConfig, rol
     np.testing.assert_allclose(sim.dispatch_costs(False, False), sim.dispatch_costs())
 
 
+def test_each_split_oracle_reads_the_one_hidden_fact_it_names(
+    small_demo: ExperimentConfig, rollout
+) -> None:
+    """The size oracle's costs move with the job's size and not with the backlogs; the
+    backlog oracle's the other way round."""
+    sim = MultiCloudSim(small_demo.world, small_demo.reward, np.arange(6) % 3)
+    rollout(sim, DISPATCHERS["jsq"](sim), np.arange(6), 200)
+    size_only, backlog_only = sim.dispatch_costs(True, False), sim.dispatch_costs(False, True)
+    sim.state.backlog[:] *= 0.5
+    np.testing.assert_array_equal(sim.dispatch_costs(True, False), size_only)
+    assert not np.array_equal(sim.dispatch_costs(False, True), backlog_only)
+    sim.state.backlog[:] *= 2.0
+    sim.state.size[:] *= 3.0
+    np.testing.assert_array_equal(sim.dispatch_costs(False, True), backlog_only)
+    assert not np.array_equal(sim.dispatch_costs(True, False), size_only)
+    split = {"myopic-oracle-size": (True, False), "myopic-oracle-backlogs": (False, True)}
+    for name, flags in split.items():
+        costs = sim.dispatch_costs(*flags)
+        actions = DISPATCHERS[name](sim, seed=1).act(sim.obs, sim.mask)
+        np.testing.assert_array_equal(costs[np.arange(6), actions], costs.min(axis=1))
+
+
 def _latencies(cfg: ExperimentConfig, world: WorldConfig, names: list[str], rollout) -> dict:
     """Per-seed mean latency of each dispatcher on the same seeds (common random numbers:
     arrivals and job sizes do not depend on the actions), every episode from midnight: the
