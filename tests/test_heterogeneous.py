@@ -45,7 +45,14 @@ def test_estates_that_cannot_federate_are_config_errors(overrides: list[str], ma
 
 
 def test_estates_of_one_shape_need_no_node_scorer() -> None:
-    cfg = load_config(HETERO, ["ppo.policy=mlp", "world.region_estates=[[3,6],[3,6],[3,6]]"])
+    cfg = load_config(
+        HETERO,
+        [
+            "ppo.policy=mlp",
+            "ppo.privileged_critic=false",
+            "world.region_estates=[[3,6],[3,6],[3,6]]",
+        ],
+    )
     assert shares_one_estate(cfg)
 
 
