@@ -23,18 +23,28 @@ over `--rounds` rounds at `--batch`, and prints their medians and ratio:
 
     python bench/bench_sim.py --trace [--rounds 7] [--batch 1024]
 
-`--against REV` instead times this checkout's simulator beside git revision REV's, side by
-side in one run: REV's `fedmc_flwr/` is exported to a temporary directory, and each round
-runs one subprocess per tree, in alternating order, on the same batch (small_demo, one
-thread, B=1024 by default). Machine noise then hits both trees alike; the table gives each
-tree's median over the rounds and their ratio.
+`--against REV` instead sets this checkout's simulator beside git revision REV's, in one
+run: REV's `fedmc_flwr/` is exported to a temporary directory, and each tree runs in
+subprocesses of its own. First the worlds: a few hundred steps of the same seeds and
+actions through each tree, in eight worlds (small_demo with outages on the serial and on
+the parallel kernel, trace_dc, a job log with declared sizes, the joint arena, declared
+Pareto jobs, tiny queues that fall back and refuse, replayed signals), each step's every
+`StepOut` array, the dispatch costs, the restarts and the final state fed to one digest
+per world; it prints whether the two trees' worlds are equal bit for bit (exit code 1 if
+not). Then the speed: each round runs one subprocess per tree, in alternating order, which
+times the serial kernel (one thread) and the parallel kernel (`--threads`, 2 by default)
+on the same batch (small_demo, B=1024 by default). Machine noise then hits both trees
+alike; the table gives each tree's median over the rounds and their ratio, per kernel.
 
-    python bench/bench_sim.py --against HEAD~1 [--rounds 7] [--batch 1024]
+    python bench/bench_sim.py --against HEAD~1 [--rounds 7] [--batch 1024] [--threads 2]
+
+`--rounds 0` checks the worlds only.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import json
 import os
@@ -47,7 +57,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import gymnasium as gym
@@ -148,45 +158,185 @@ def export_revision(rev: str, into: Path) -> Path:
     return into
 
 
-def against(args: argparse.Namespace) -> None:
-    """This checkout's steps/s beside revision `args.against`'s, alternating per round."""
+@dataclass(frozen=True)
+class World:
+    """One world of the trajectory check: a config, its overrides, and how it is run."""
+
+    config: str
+    overrides: tuple[str, ...] = ()
+    envs: int = 64
+    threads: int = 1
+    joint: bool = False
+    replay: bool = False
+    """Halfway through, set every region's arrival rate and carbon by hand."""
+
+
+OUTAGES = ("world.outage_rate=0.05",)
+OUTAGES_OFTEN = ("world.outage_rate=0.05", "world.outage_mean_s=5.0")
+WORLDS = {
+    "small_demo, outages": World("small_demo.yaml", OUTAGES, envs=256),
+    "small_demo, outages, parallel kernel": World("small_demo.yaml", OUTAGES, 256, threads=2),
+    "trace_dc": World("trace_dc.yaml"),
+    "trace_jobs (job log, declared sizes)": World("trace_jobs.yaml"),
+    "joint arena": World("small_demo.yaml", joint=True),
+    "declared Pareto jobs": World(
+        "small_demo.yaml",
+        ("world.declared_size=true", "world.declared_size_error=0.5", "world.job_size=pareto"),
+    ),
+    "tiny queues (fallback, refusals)": World(
+        "small_demo.yaml",
+        ("world.queue_capacity=2", "world.queue_threshold=1", "world.load=0.99", *OUTAGES_OFTEN),
+    ),
+    "replayed signals": World("small_demo.yaml", replay=True),
+}
+TRAJECTORY_STEPS = 300
+INVALID_SHARE = 0.05
+"""Share of actions drawn over every action and one past each end, masked or not, so that
+the worst-node path and out-of-range actions are run too."""
+
+
+def _feed(digest: hashlib._Hash, name: str, array: np.ndarray) -> None:
+    array = np.ascontiguousarray(array)
+    digest.update(f"{name}:{array.dtype.str}:{array.shape}:".encode())
+    digest.update(array.tobytes())
+
+
+def world_digest(world: World) -> str:
+    """One digest of everything `world` produces over `TRAJECTORY_STEPS` steps of fixed
+    actions: the first observation and mask, every field of every `StepResult`, the
+    dispatch costs (true and expected) every 25 steps, some envs restarted at given phases
+    every 50, and the final state. Uses only the simulator's public interface, so that
+    any revision's tree can run it."""
+    cfg = load_config(REPO / "conf" / world.config, list(world.overrides))
+    envs = world.envs
+    ingress = np.arange(envs) % cfg.world.regions
+    sim = MultiCloudSim(cfg.world, cfg.reward, ingress, world.threads, joint=world.joint)
+    rng = np.random.default_rng(20261)
+    digest = hashlib.sha256()
+    obs, mask = sim.reset(np.arange(envs, dtype=np.uint64) * 7919 + 3)
+    _feed(digest, "reset.obs", obs)
+    _feed(digest, "reset.mask", mask)
+    for k in range(TRAJECTORY_STEPS):
+        actions = np.where(mask, rng.random(mask.shape), -1.0).argmax(axis=1)
+        wild = rng.random(envs) < INVALID_SHARE
+        actions[wild] = rng.integers(-1, sim.num_actions + 1, size=int(wild.sum()))
+        if k % 25 == 0:
+            _feed(digest, "dispatch_costs", sim.dispatch_costs())
+            _feed(digest, "expected_dispatch_costs", sim.expected_dispatch_costs())
+        if world.replay and k == TRAJECTORY_STEPS // 2:
+            rates = sim.spec.arrival_rate * np.linspace(0.6, 1.1, sim.num_regions)
+            sim.replay_signals(arrival_rate=rates, carbon=np.linspace(50.0, 400.0, sim.num_regions))
+        result = sim.step(actions)
+        for name, value in result._asdict().items():
+            _feed(digest, f"step.{name}", value)
+        obs, mask = result.obs, result.mask
+        if k % 50 == 49:
+            restart = np.arange(k % 7, envs, 9)
+            phases = rng.random(len(restart))
+            obs, mask = sim.reset_envs(restart, restart.astype(np.uint64) + k, phases)
+            _feed(digest, "restart.obs", obs)
+            _feed(digest, "restart.mask", mask)
+    for name, value in sorted(sim.get_state().items()):
+        _feed(digest, f"state.{name}", value)
+    return digest.hexdigest()
+
+
+def _in_tree(tree: Path, *args: str) -> str:
+    """This script's output, run in a subprocess on the simulator of `tree`."""
+    return subprocess.run(
+        [sys.executable, __file__, *args],
+        env={**os.environ, "PYTHONPATH": str(tree)},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+
+
+def compare_worlds(trees: dict[str, Path], threads: int) -> bool:
+    """Run `WORLDS` through every tree, print each world's digests and whether they agree;
+    True when every tree's worlds are equal bit for bit."""
+    worlds = [w for w, spec in WORLDS.items() if spec.threads <= threads]
+    args = ("--worker-worlds", "--threads", str(threads))
+    digests = {
+        name: json.loads(_in_tree(tree, *args).splitlines()[-1]) for name, tree in trees.items()
+    }
+    names = list(trees)
+    print(f"Worlds: {TRAJECTORY_STEPS} steps of the same seeds and actions, every output digested")
+    print(f"{'world':<40}" + "".join(f"{name:>20}" for name in names) + "  same")
+    for world in worlds:
+        cells = [digests[name][world][:16] for name in names]
+        same = len(set(digests[name][world] for name in names)) == 1
+        print(f"{world:<40}" + "".join(f"{cell:>20}" for cell in cells) + f"  {same}")
+    equal = all(digests[names[0]] == digests[name] for name in names[1:])
+    verdict = "equal bit for bit" if equal else "NOT EQUAL"
+    print(f"{' and '.join(names)}: {verdict} ({len(worlds)} worlds)")
+    for name in names:
+        serial, parallel = (digests[name].get(w) for w in list(WORLDS)[:2])
+        if parallel is not None:
+            print(f"{name}: parallel kernel == serial kernel: {serial == parallel}")
+    return equal
+
+
+def time_kernels(args: argparse.Namespace) -> dict[str, float]:
+    """Steps/s of the serial kernel (one thread) and of the parallel kernel on
+    `args.threads` threads, one batch of small_demo (a worker of `against`)."""
+    cfg = load_config(args.config)
+    rates = {"serial": sim_steps_per_second(cfg, args.batch, 1, args.reps, args.seconds)}
+    if args.threads > 1:
+        rates["parallel"] = sim_steps_per_second(
+            cfg, args.batch, args.threads, args.reps, args.seconds
+        )
+    return rates
+
+
+def against(args: argparse.Namespace) -> int:
+    """This checkout's worlds and speed beside revision `args.against`'s; 1 if their
+    worlds differ."""
+    threads = min(args.threads, numba.config.NUMBA_NUM_THREADS)
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench-sim-") as tmp:
         trees = {"this checkout": REPO, args.against: export_revision(args.against, Path(tmp))}
-        rates: dict[str, list[float]] = {name: [] for name in trees}
-        worker_args = ["--config", str(args.config), "--batch", str(args.batch)]
+        equal = compare_worlds(trees, threads)
+        if args.rounds == 0:
+            return 0 if equal else 1
+        rates: dict[tuple[str, str], list[float]] = {}
+        worker_args = ["--worker", "--config", str(args.config), "--batch", str(args.batch)]
         worker_args += ["--reps", str(args.reps), "--seconds", str(args.seconds)]
+        worker_args += ["--threads", str(threads)]
         for k in range(args.rounds):
             order = list(trees) if k % 2 == 0 else list(reversed(trees))
             for name in order:
-                worker = subprocess.run(
-                    [sys.executable, __file__, "--worker", *worker_args],
-                    env={**os.environ, "PYTHONPATH": str(trees[name])},
-                    cwd=REPO,
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                )
-                rates[name].append(float(worker.stdout.split()[-1]))
-    medians = {name: statistics.median(r) for name, r in rates.items()}
-    ratio = medians["this checkout"] / medians[args.against]
-    print(f"MultiCloudSim.step, env steps/s, B={args.batch}, one thread, {args.config.name}")
-    print(f"(median of {args.rounds} alternating rounds, each the median of {args.reps} reps)")
-    for name, rate in medians.items():
-        spread = f"{min(rates[name]):,.0f} .. {max(rates[name]):,.0f}"
-        print(f"{name:<20}{rate:>14,.0f}   range {spread}")
-    print(f"this checkout / {args.against}: {ratio:.3f}")
-    figures = {
-        "bench": "sim_against",
-        "unit": "env_steps_per_second",
-        "against": args.against,
-        "batch": args.batch,
-        "rounds": args.rounds,
-        "this_checkout": round(medians["this checkout"]),
-        "revision": round(medians[args.against]),
-        "ratio": round(ratio, 3),
-        "load_average_1min": os.getloadavg()[0],
-    }
+                figures = json.loads(_in_tree(trees[name], *worker_args).splitlines()[-1])
+                for kernel_name, rate in figures.items():
+                    rates.setdefault((name, kernel_name), []).append(rate)
+    medians = {key: statistics.median(r) for key, r in rates.items()}
+    kernels = {"serial": "serial, 1 thread", "parallel": f"parallel, {threads} threads"}
+    kernels = {k: label for k, label in kernels.items() if ("this checkout", k) in medians}
+    load_after = os.getloadavg()[0]
+    print(f"\nMultiCloudSim.step, env steps/s, B={args.batch}, {args.config.name}, valid actions")
+    print(f"(median of {args.rounds} alternating rounds, each the median of {args.reps} reps;")
+    print(f" load average {load_before:.2f} before, {load_after:.2f} after)")
+    print(f"{'kernel':<22}{'this checkout':>16}{args.against:>16}{'ratio':>8}   ranges")
+    figures: dict[str, object] = {"bench": "sim_against", "unit": "env_steps_per_second"}
+    for k, label in kernels.items():
+        mine, theirs = medians[("this checkout", k)], medians[(args.against, k)]
+        spread = "; ".join(
+            f"{min(rates[(name, k)]):,.0f} .. {max(rates[(name, k)]):,.0f}" for name in trees
+        )
+        print(f"{label:<22}{mine:>16,.0f}{theirs:>16,.0f}{mine / theirs:>8.3f}   {spread}")
+        figures |= {f"{k}_this_checkout": round(mine), f"{k}_revision": round(theirs)}
+        figures[f"{k}_ratio"] = round(mine / theirs, 3)
+    if "parallel" in kernels:
+        speedups = [medians[(name, "parallel")] / medians[(name, "serial")] for name in trees]
+        print(f"{'parallel / serial':<22}" + "".join(f"{s:>15.2f}x" for s in speedups))
+        figures |= {"speedup_this_checkout": round(speedups[0], 2)}
+        figures |= {"speedup_revision": round(speedups[1], 2)}
+    figures |= {"against": args.against, "batch": args.batch, "threads": threads}
+    figures |= {"rounds": args.rounds, "worlds_equal": equal}
+    figures |= {"load_average_1min": [load_before, load_after]}
     print(json.dumps(figures))
+    return 0 if equal else 1
 
 
 def trace_beside_synthetic(args: argparse.Namespace) -> None:
@@ -226,16 +376,22 @@ def main() -> None:
     parser.add_argument("--against", metavar="REV", help="time beside git revision REV")
     parser.add_argument("--rounds", type=int, default=7, help="alternating rounds (--against)")
     parser.add_argument("--batch", type=int, default=1024, help="batch size (--against)")
+    parser.add_argument(
+        "--threads", type=int, default=2, help="the parallel kernel's threads (--against)"
+    )
     parser.add_argument("--trace", action="store_true", help="time only small_demo beside trace_dc")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--worker-worlds", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.worker:  # one figure of `against`, from whichever tree PYTHONPATH names
-        cfg = load_config(args.config)
-        print(sim_steps_per_second(cfg, args.batch, 1, args.reps, args.seconds))
+    if args.worker:  # one round of `against`, in whichever tree PYTHONPATH names
+        print(json.dumps(time_kernels(args)))
+        return
+    if args.worker_worlds:  # the worlds of `against`, in whichever tree PYTHONPATH names
+        worlds = {n: w for n, w in WORLDS.items() if w.threads <= args.threads}
+        print(json.dumps({name: world_digest(world) for name, world in worlds.items()}))
         return
     if args.against:
-        against(args)
-        return
+        sys.exit(against(args))
     if args.trace:
         trace_beside_synthetic(args)
         return
