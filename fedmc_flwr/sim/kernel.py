@@ -26,15 +26,17 @@ each to the valid node of shortest expected delay on the true state (RTT from th
 
 Every kernel takes three named tuples, laid out by `world.MultiCloudSim` and read by
 field name: `State` (what moves), `StepOut` (what a step writes besides) and `Statics`
-(the estate's fixed arrays; the index constants name the rows of its `reg` and `p`).
-Numba compiles a named tuple as a plain tuple, so a name costs nothing at run time.
+(the world's parameters, as gymnax's `EnvParams`: `statics.slo_s`, `statics.w_latency`;
+the index constants name the rows of its `reg`). Numba compiles a named tuple as a plain
+tuple, so a name costs nothing at run time.
 
 Trace-driven worlds (`sources.py`). A world whose rate, price or carbon follows a real
 series reads it piecewise constant, one value per trace step: env b is in trace second
 `origin[b] + t * speedup`, its step `segment[b]`. With a rate series, the next arrival
 inverts the integral of the piecewise-constant rate step by step (one uniform), which is
 exact for a non-homogeneous Poisson process; the burst state scales it as before. Every
-trace branch tests a flag of `p`, so a synthetic world runs the arithmetic it always did.
+trace branch tests a flag of the statics (`trace_rate`, ...), so a synthetic world runs the
+arithmetic it always did.
 """
 
 from __future__ import annotations
@@ -68,11 +70,15 @@ compile_cache.install()
 
 
 class Statics(NamedTuple):
-    """The estate's fixed arrays: what a world is, as opposed to where it stands."""
+    """The world's parameters by name: what a world is, as opposed to where it stands.
+
+    `world.pack_statics` fills every field that `signals.WorldSpec` (or its reward weights,
+    as `w_<term>`) holds under the same name, and derives the others. Every scalar has the
+    type its annotation says, so that every world hands the kernels one numba type."""
 
     speed: np.ndarray
     """[N] service-rate factor of each node."""
-    power: np.ndarray
+    power_w: np.ndarray
     """[N] power draw of each node, W."""
     price_mult: np.ndarray
     """[N] each node's price factor on its region's price."""
@@ -80,11 +86,73 @@ class Statics(NamedTuple):
     """[N] each node's region."""
     reg: np.ndarray
     """[11, R] region parameters (rows named by the constants below)."""
-    rtt: np.ndarray
+    rtt_s: np.ndarray
     """[R, R] round-trip times between regions, s."""
-    p: np.ndarray
-    """Scalar parameters (indices named by the constants below)."""
     nodes_per_region: int
+    mean_service_s: float
+    """Mean service time of a job at speed 1.0, s."""
+    pareto_alpha: float
+    """Shape of the Pareto job sizes; 0 for exponential sizes."""
+    slo_s: float
+    """A job slower than this violates the SLO, s."""
+    queue_threshold: int
+    """A job that finds this many jobs at its node violates the SLO."""
+    queue_capacity: int
+    """Jobs a node holds before the mask offers it no more."""
+    diurnal_period_s: float
+    """Length of the (compressed) day, s."""
+    arrival_swing: float
+    """Relative amplitude of each region's daily arrival cycle."""
+    burst_share: float
+    """Long-run share of a region's jobs that arrive in a burst."""
+    burst_exit: float
+    """Chance per job of a region that its burst ends."""
+    outage_rate: float
+    """Chance per job that some node goes down (the nodes' rates summed)."""
+    outage_mean_s: float
+    """Mean length of an outage, s."""
+    egress_usd: float
+    """Charge of sending a job to another region than its own, USD."""
+    pue: float
+    """Power usage effectiveness of every datacentre."""
+    w_latency: float
+    """Reward weight of latency over the SLO."""
+    w_violations: float
+    """Reward weight of an SLO violation."""
+    w_cost: float
+    """Reward weight of cost over `cost_ref_usd`."""
+    w_carbon: float
+    """Reward weight of carbon over `carbon_ref_g`."""
+    cost_ref_usd: float
+    """The cost normaliser: a mean job's cost, spread evenly over the estate."""
+    carbon_ref_g: float
+    """The carbon normaliser: a mean job's carbon, spread evenly over the estate."""
+    warmup_jobs: int
+    """Jobs the world dispatches by itself at an episode's start."""
+    joint: bool
+    """Every region's workload arrives at once (the joint arena)."""
+    declared_size: bool
+    """Jobs declare their size, and the observation prices each at it."""
+    declared_size_error: float
+    """Sigma of the mean-one log-normal error of a declaration."""
+    trace_rate: bool
+    """The arrival rates follow `rate` (else the synthetic daily cycle)."""
+    trace_price: bool
+    """The prices follow `price`."""
+    trace_carbon: bool
+    """The carbon intensities follow `carbon`."""
+    trace_jobs: bool
+    """The job sizes are drawn from `job_size` (else from `pareto_alpha`'s law)."""
+    trace_step_s: float
+    """Length of one step of the traces, trace seconds."""
+    trace_speedup: float
+    """Trace seconds per world second."""
+    trace_starts: int
+    """How many start points an episode may draw in the trace."""
+    trace_start_unit_s: float
+    """Trace seconds between two start points."""
+    trace_on_clock: bool
+    """The trace follows the world's clock (`trace_time: day`), else the episode's start."""
     # The real series a trace-driven world replays, one value per trace step (placeholders
     # when it has none): region r's is `values[r, :len[r]]` and wraps (`sources.Grid`).
     # Flat fields, not a tuple of their own: the parallel kernel takes no nested tuple.
@@ -169,43 +237,6 @@ PRICE_MEAN, PRICE_SWING, CARBON_MEAN, CARBON_SWING, BG_MEAN, BG_SWING = 0, 1, 2,
 COS_PHASE, SIN_PHASE, ARRIVAL_RATE, BURSTINESS, OUTAGE_WEIGHT = 6, 7, 8, 9, 10
 REGION_ROWS = 11
 
-# entries of the scalar parameter array
-(
-    MEAN_SERVICE,
-    SLO,
-    QUEUE_THRESHOLD,
-    PARETO_ALPHA,
-    PERIOD,
-    OUTAGE_RATE,
-    OUTAGE_MEAN,
-    COST_REF,
-    CARBON_REF,
-    ARRIVAL_SWING,
-    W_LATENCY,
-    W_VIOLATIONS,
-    W_COST,
-    W_CARBON,
-    EGRESS_USD,
-    PUE,
-    BURST_SHARE,
-    BURST_EXIT,
-    QUEUE_CAPACITY,
-    WARMUP_JOBS,
-    JOINT,
-    DECLARED_SIZE,
-    DECLARED_ERROR,
-    TRACE_RATE,
-    TRACE_PRICE,
-    TRACE_CARBON,
-    TRACE_JOBS,
-    TRACE_STEP,
-    TRACE_SPEEDUP,
-    TRACE_STARTS,
-    TRACE_UNIT,
-    TRACE_ON_CLOCK,
-) = range(32)
-SCALARS = 32
-
 # columns of the per-step metrics array
 LATENCY_MS, SLO_VIOLATION, COST_USD, CARBON_G, ENERGY_KWH = range(5)
 METRIC_NAMES = ("latency_ms", "slo_violation", "cost_usd", "carbon_g", "energy_kwh")
@@ -249,13 +280,13 @@ def seed_streams(seeds, rng):
 
 
 @njit(cache=True, inline="always")
-def _job_size(rng, b, p):
+def _job_size(rng, b, statics):
     u = _uniform(rng, b)
-    alpha = p[PARETO_ALPHA]
+    alpha = statics.pareto_alpha
     if alpha > 0.0:
-        scale = p[MEAN_SERVICE] * (alpha - 1.0) / alpha
+        scale = statics.mean_service_s * (alpha - 1.0) / alpha
         return scale * u ** (-1.0 / alpha)
-    return -p[MEAN_SERVICE] * math.log(u)
+    return -statics.mean_service_s * math.log(u)
 
 
 @njit(cache=True, inline="always")
@@ -266,11 +297,11 @@ def _side_uniform(rng, b, salt):
 
 
 @njit(cache=True, inline="always")
-def _declare(rng, b, p, size):
+def _declare(rng, b, statics, size):
     """The size a job declares: its true size times a mean-one log-normal error of sigma
-    `p[DECLARED_ERROR]` (Box-Muller from two side draws, so the jobs, arrivals and
+    `declared_size_error` (Box-Muller from two side draws, so the jobs, arrivals and
     outages of a world are the same whatever its declarations)."""
-    sigma = p[DECLARED_ERROR]
+    sigma = statics.declared_size_error
     if sigma <= 0.0:
         return size
     radius = math.sqrt(-2.0 * math.log(_side_uniform(rng, b, _SALT_RADIUS)))
@@ -293,21 +324,21 @@ def _local_day(reg, r, s, c):
 
 
 @njit(cache=True, inline="always")
-def _traced(p):
+def _traced(statics):
     """Whether any signal of the world follows a trace."""
-    return p[TRACE_RATE] + p[TRACE_PRICE] + p[TRACE_CARBON] + p[TRACE_JOBS] > 0.0
+    return statics.trace_rate or statics.trace_price or statics.trace_carbon or statics.trace_jobs
 
 
 @njit(cache=True, inline="always")
-def _segment_at(origin, now, p):
+def _segment_at(origin, now, statics):
     """The trace step an env of this `origin` is in at world time `now`."""
-    return math.floor((origin + now * p[TRACE_SPEEDUP]) / p[TRACE_STEP])
+    return math.floor((origin + now * statics.trace_speedup) / statics.trace_step_s)
 
 
 @njit(cache=True, inline="always")
-def _segment_end(origin, k, p):
+def _segment_end(origin, k, statics):
     """The world time at which trace step k of an env of this `origin` ends."""
-    return ((k + 1) * p[TRACE_STEP] - origin) / p[TRACE_SPEEDUP]
+    return ((k + 1) * statics.trace_step_s - origin) / statics.trace_speedup
 
 
 @njit(cache=True, inline="always")
@@ -319,7 +350,7 @@ def _held(series, lengths, r, k):
 @njit(cache=True, inline="always")
 def _price(statics, r, day, k):
     """Region r's hourly price of a speed-1.0 node: its trace's, or its daily cycle's."""
-    if statics.p[TRACE_PRICE] > 0.0:
+    if statics.trace_price:
         return _held(statics.price, statics.price_len, r, k)
     return statics.reg[PRICE_MEAN, r] * (1.0 + statics.reg[PRICE_SWING, r] * day)
 
@@ -328,8 +359,8 @@ def _price(statics, r, day, k):
 def _outcome(b, n, ingress, size, clock, backlog, count, statics, k):
     """Latency (s), violation, cost, energy and carbon of sending env b's job to node n
     (in trace step k)."""
-    speed, power, price_mult = statics.speed, statics.power, statics.price_mult
-    reg, rtt, p = statics.reg, statics.rtt, statics.p
+    speed, power, price_mult = statics.speed, statics.power_w, statics.price_mult
+    reg, rtt = statics.reg, statics.rtt_s
     r = n // statics.nodes_per_region
     s, c = clock[b, 0], clock[b, 1]
     day = _local_day(reg, r, s, c)
@@ -337,13 +368,13 @@ def _outcome(b, n, ingress, size, clock, backlog, count, statics, k):
     wait = backlog[b, n] / rate
     busy = size / rate
     latency = rtt[ingress, r] + wait + busy
-    violation = 1.0 if (latency > p[SLO] or count[b, n] >= p[QUEUE_THRESHOLD]) else 0.0
+    violation = 1.0 if (latency > statics.slo_s or count[b, n] >= statics.queue_threshold) else 0.0
     price = _price(statics, r, day, k)
     cost = price * price_mult[n] * busy / 3600.0
     if r != ingress:
-        cost += p[EGRESS_USD]
-    energy = power[n] * busy * p[PUE] / 3.6e6
-    if p[TRACE_CARBON] > 0.0:
+        cost += statics.egress_usd
+    energy = power[n] * busy * statics.pue / 3.6e6
+    if statics.trace_carbon:
         carbon = energy * _held(statics.carbon, statics.carbon_len, r, k)
     else:  # kept as it was, so that synthetic worlds stay the same bit for bit
         carbon = energy * reg[CARBON_MEAN, r] * (1.0 - reg[CARBON_SWING, r] * day)
@@ -367,12 +398,12 @@ def _job_outcome(b, n, state, statics):
 
 
 @njit(cache=True, inline="always")
-def _weighted_cost(p, latency, violation, cost, carbon):
+def _weighted_cost(statics, latency, violation, cost, carbon):
     return (
-        p[W_LATENCY] * latency / p[SLO]
-        + p[W_VIOLATIONS] * violation
-        + p[W_COST] * cost / p[COST_REF]
-        + p[W_CARBON] * carbon / p[CARBON_REF]
+        statics.w_latency * latency / statics.slo_s
+        + statics.w_violations * violation
+        + statics.w_cost * cost / statics.cost_ref_usd
+        + statics.w_carbon * carbon / statics.carbon_ref_g
     )
 
 
@@ -382,14 +413,14 @@ def _observe(b, state, obs, mask, statics):
     into `obs` and `mask`: the state's own at a reset, a step's `StepOut` after a step.
 
     The expected delay prices the waiting job as a mean job, or at its declared size when
-    jobs declare theirs (`p[DECLARED_SIZE]`); the undeclared formula is kept as it was so
+    jobs declare theirs (`declared_size`); the undeclared formula is kept as it was so
     that worlds without declarations stay the same bit for bit."""
-    speed, power, price_mult = statics.speed, statics.power, statics.price_mult
-    reg, rtt, p, per_region = statics.reg, statics.rtt, statics.p, statics.nodes_per_region
+    speed, power, price_mult = statics.speed, statics.power_w, statics.price_mult
+    reg, rtt, per_region = statics.reg, statics.rtt_s, statics.nodes_per_region
     t, count, down_until = state.t[b], state.count, state.down_until
     n_nodes = count.shape[1]
     ring_size = state.ring.shape[2]
-    capacity = p[QUEUE_CAPACITY]
+    capacity = statics.queue_capacity
     s, c = state.clock[b, 0], state.clock[b, 1]
     any_valid = False
     for n in range(n_nodes):
@@ -405,17 +436,17 @@ def _observe(b, state, obs, mask, statics):
         for n in range(n_nodes):
             mask[b, n] = down_until[b, n] <= t
     i = state.ingress[b]
-    declares = p[DECLARED_SIZE] > 0.0
+    declares = statics.declared_size
     k = state.segment[b]
     for r in range(reg.shape[1]):  # nodes are numbered region by region
         day = _local_day(reg, r, s, c)
         price = _price(statics, r, day, k)
-        if p[TRACE_CARBON] > 0.0:
+        if statics.trace_carbon:
             carbon = _held(statics.carbon, statics.carbon_len, r, k)
         else:
             carbon = reg[CARBON_MEAN, r] * (1.0 - reg[CARBON_SWING, r] * day)
         background = _background(reg, r, s, c)
-        busy = p[MEAN_SERVICE] / (1.0 - background)
+        busy = statics.mean_service_s / (1.0 - background)
         job = state.declared[b] / (1.0 - background) if declares else 0.0
         link = rtt[i, r]
         local = 1.0 if r == i else 0.0
@@ -459,7 +490,7 @@ def _admit(b, n, sojourn, state):
 @njit(cache=True)
 def _worst_valid(b, state, statics):
     """The valid node where env b's job costs most (all nodes if none is valid)."""
-    p, mask = statics.p, state.mask
+    mask = state.mask
     n_nodes = mask.shape[1]
     any_valid = False
     for n in range(n_nodes):
@@ -469,7 +500,7 @@ def _worst_valid(b, state, statics):
         if any_valid and not mask[b, n]:
             continue
         latency, violation, cost, _, carbon, _ = _job_outcome(b, n, state, statics)
-        score = _weighted_cost(p, latency, violation, cost, carbon)
+        score = _weighted_cost(statics, latency, violation, cost, carbon)
         if score > worst_cost:
             worst, worst_cost = n, score
     return worst
@@ -478,7 +509,7 @@ def _worst_valid(b, state, statics):
 @njit(cache=True)
 def _shortest_expected_delay(b, state, statics):
     """The valid node of shortest expected delay for env b's job, on the true state."""
-    speed, reg, rtt = statics.speed, statics.reg, statics.rtt
+    speed, reg, rtt = statics.speed, statics.reg, statics.rtt_s
     mask, backlog, size = state.mask, state.backlog, state.size
     s, c = state.clock[b, 0], state.clock[b, 1]
     best, best_delay = 0, np.inf
@@ -494,18 +525,20 @@ def _shortest_expected_delay(b, state, statics):
 
 
 @njit(cache=True, inline="always")
-def _burst_mult(reg, p, burst, b, r):
+def _burst_mult(statics, burst, b, r):
     """Region r's rate multiplier in env b's burst state (it averages 1)."""
-    share = p[BURST_SHARE]
-    depth = reg[BURSTINESS, r]
+    share = statics.burst_share
+    depth = statics.reg[BURSTINESS, r]
     return 1.0 + depth if burst[b, r] == 1 else 1.0 - depth * share / (1.0 - share)
 
 
 @njit(cache=True, inline="always")
-def _arrival_rate(reg, p, burst, b, r, s, c):
+def _arrival_rate(statics, burst, b, r, s, c):
     """Region r's arrival rate (jobs/s) in env b now: its mean, its burst state, its day."""
-    mult = _burst_mult(reg, p, burst, b, r)
-    return reg[ARRIVAL_RATE, r] * mult * (1.0 + p[ARRIVAL_SWING] * _local_day(reg, r, s, c))
+    reg = statics.reg
+    mult = _burst_mult(statics, burst, b, r)
+    swing = statics.arrival_swing
+    return reg[ARRIVAL_RATE, r] * mult * (1.0 + swing * _local_day(reg, r, s, c))
 
 
 @njit(cache=True, inline="always")
@@ -513,7 +546,7 @@ def _trace_rate(statics, burst, b, r, k):
     """Region r's arrival rate (jobs/s) in env b in trace step k: its mean, its burst
     state, its trace's shape."""
     reg = statics.reg
-    mult = _burst_mult(reg, statics.p, burst, b, r)
+    mult = _burst_mult(statics, burst, b, r)
     return reg[ARRIVAL_RATE, r] * mult * _held(statics.rate, statics.rate_len, r, k)
 
 
@@ -534,13 +567,13 @@ def _trace_arrival(state, statics, b, i):
     """World time and trace step of env b's next arrival under the trace's rate (region
     i's, or every region's for i < 0): an Exp(1) need spent step by step against the
     integral of the piecewise-constant rate, so the arrival is exact (one uniform)."""
-    p, origin = statics.p, state.origin[b]
+    origin = state.origin[b]
     need = -math.log(_uniform(state.rng, b))
     now = state.t[b]
-    k = _segment_at(origin, now, p)
+    k = _segment_at(origin, now, statics)
     while True:
         rate = _offered_in(statics, state.burst, b, k, i)
-        room = _segment_end(origin, k, p) - now
+        room = _segment_end(origin, k, statics) - now
         if room > 0.0:
             if rate * room >= need:
                 return now + need / rate, k
@@ -563,17 +596,17 @@ def _logged_size(state, statics, b):
     if hi <= lo:
         lo, hi = starts[r, 0], starts[r, steps]
     j = lo + min(int(u * (hi - lo)), hi - lo - 1)
-    return statics.p[MEAN_SERVICE] * statics.job_size[j]
+    return statics.mean_service_s * statics.job_size[j]
 
 
 @njit(cache=True, inline="always")
-def _step_burst(rng, b, burst, r, p):
+def _step_burst(rng, b, burst, r, statics):
     """Move region r's burst chain in env b by one of its arrivals (one uniform)."""
-    share = p[BURST_SHARE]
+    share = statics.burst_share
     if burst[b, r] == 1:
-        if _uniform(rng, b) < p[BURST_EXIT]:
+        if _uniform(rng, b) < statics.burst_exit:
             burst[b, r] = 0
-    elif _uniform(rng, b) < p[BURST_EXIT] * share / (1.0 - share):
+    elif _uniform(rng, b) < statics.burst_exit * share / (1.0 - share):
         burst[b, r] = 1
 
 
@@ -581,8 +614,8 @@ def _step_burst(rng, b, burst, r, p):
 def _trace_advance(state, statics, b):
     """`_advance`'s arrival under a rate trace: the time to env b's next job, and (joint)
     whose it is, picked by the regions' rates in the step it arrives in."""
-    rng, burst, ingress, p = state.rng, state.burst, state.ingress, statics.p
-    if p[JOINT] > 0.0:
+    rng, burst, ingress = state.rng, state.burst, state.ingress
+    if statics.joint:
         arrival, k = _trace_arrival(state, statics, b, -1)
         target = _uniform(rng, b) * _offered_in(statics, burst, b, k, -1)
         nregions = statics.reg.shape[1]
@@ -593,9 +626,9 @@ def _trace_advance(state, statics, b):
                 i = r
                 break
         ingress[b] = i
-        _step_burst(rng, b, burst, i, p)
+        _step_burst(rng, b, burst, i, statics)
     else:
-        _step_burst(rng, b, burst, ingress[b], p)
+        _step_burst(rng, b, burst, ingress[b], statics)
         arrival, _ = _trace_arrival(state, statics, b, ingress[b])
     return arrival - state.t[b]
 
@@ -604,37 +637,37 @@ def _trace_advance(state, statics, b):
 def _advance(b, state, statics):
     """Draw the next arrival and move env b's clock, queues and outages up to it.
 
-    One ingress: the job is that region's. Joint (`p[JOINT]`): every region's workload
+    One ingress: the job is that region's. Joint (`statics.joint`): every region's workload
     arrives at once, superposed, and the job is region r's with probability r's share of
     the total rate; `ingress[b]` becomes that region. A region's burst chain moves at each
     of its own arrivals in either case.
     """
-    speed, reg, p = statics.speed, statics.reg, statics.p
+    speed, reg = statics.speed, statics.reg
     t, clock, backlog, rng, burst = state.t, state.clock, state.backlog, state.rng, state.burst
     ring, next_done, head, count = state.ring, state.next_done, state.head, state.count
     down_until, size, ingress = state.down_until, state.size, state.ingress
     s, c = clock[b, 0], clock[b, 1]
     nregions = reg.shape[1]
-    if p[TRACE_RATE] > 0.0:
+    if statics.trace_rate:
         dt = _trace_advance(state, statics, b)
-    elif p[JOINT] > 0.0:
+    elif statics.joint:
         total = 0.0
         for r in range(nregions):
-            total += _arrival_rate(reg, p, burst, b, r, s, c)
+            total += _arrival_rate(statics, burst, b, r, s, c)
         dt = -math.log(_uniform(rng, b)) / total
         target = _uniform(rng, b) * total
         i, acc = nregions - 1, 0.0
         for r in range(nregions):
-            acc += _arrival_rate(reg, p, burst, b, r, s, c)
+            acc += _arrival_rate(statics, burst, b, r, s, c)
             if target < acc:
                 i = r
                 break
         ingress[b] = i
-        _step_burst(rng, b, burst, i, p)
+        _step_burst(rng, b, burst, i, statics)
     else:
         i = ingress[b]
-        _step_burst(rng, b, burst, i, p)
-        dt = -math.log(_uniform(rng, b)) / _arrival_rate(reg, p, burst, b, i, s, c)
+        _step_burst(rng, b, burst, i, statics)
+        dt = -math.log(_uniform(rng, b)) / _arrival_rate(statics, burst, b, i, s, c)
     now = t[b] + dt
     t[b] = now
     n_nodes = backlog.shape[1]
@@ -654,10 +687,10 @@ def _advance(b, state, statics):
                 count[b, n] = k
                 head[b, n] = h
                 next_done[b, n] = ring[b, n, h] if k > 0 else np.inf
-    theta = 2.0 * math.pi * now / p[PERIOD]
+    theta = 2.0 * math.pi * now / statics.diurnal_period_s
     clock[b, 0] = math.sin(theta)
     clock[b, 1] = math.cos(theta)
-    if _uniform(rng, b) < p[OUTAGE_RATE]:  # some node goes down, by its region's weight
+    if _uniform(rng, b) < statics.outage_rate:  # some node goes down, by its region's weight
         total = 0.0
         for r in range(nregions):
             total += reg[OUTAGE_WEIGHT, r] * per_region
@@ -670,18 +703,18 @@ def _advance(b, state, statics):
             if target < acc:
                 n = m
                 break
-        duration = -p[OUTAGE_MEAN] * math.log(_uniform(rng, b))
+        duration = -statics.outage_mean_s * math.log(_uniform(rng, b))
         up = 0
         for m in range(n_nodes):
             if down_until[b, m] <= now:
                 up += 1
         if down_until[b, n] <= now and up > 1:  # never take the last live node down
             down_until[b, n] = now + duration
-    if _traced(p):
-        state.segment[b] = _segment_at(state.origin[b], now, p)
-    size[b] = _logged_size(state, statics, b) if p[TRACE_JOBS] > 0.0 else _job_size(rng, b, p)
-    if p[DECLARED_SIZE] > 0.0:
-        state.declared[b] = _declare(rng, b, p, size[b])
+    if _traced(statics):
+        state.segment[b] = _segment_at(state.origin[b], now, statics)
+    size[b] = _logged_size(state, statics, b) if statics.trace_jobs else _job_size(rng, b, statics)
+    if statics.declared_size:
+        state.declared[b] = _declare(rng, b, statics, size[b])
 
 
 @njit(cache=True)
@@ -695,20 +728,20 @@ def reset_kernel(envs, phases, state, statics):
     `warmup_jobs` jobs go, one by one as they arrive, to the valid node of shortest
     expected delay; none is scored.
     """
-    p, t, clock = statics.p, state.t, state.clock
+    t, clock = state.t, state.clock
     ring_size = state.ring.shape[2]
-    warmup = int(p[WARMUP_JOBS])
+    warmup = statics.warmup_jobs
     for j in range(envs.shape[0]):
         b = envs[j]
         drawn = _uniform(state.rng, b)
         phase = drawn if math.isnan(phases[j]) else phases[j]
-        t[b] = phase * p[PERIOD]
-        if _traced(p):  # a start point of the trace, read beside the stream
+        t[b] = phase * statics.diurnal_period_s
+        if _traced(statics):  # a start point of the trace, read beside the stream
             u = _side_uniform(state.rng, b, _SALT_START)
-            start = float(math.floor(u * p[TRACE_STARTS])) * p[TRACE_UNIT]
-            on_clock = p[TRACE_ON_CLOCK] > 0.0
-            state.origin[b] = start if on_clock else start - t[b] * p[TRACE_SPEEDUP]
-            state.segment[b] = _segment_at(state.origin[b], t[b], p)
+            start = float(math.floor(u * statics.trace_starts)) * statics.trace_start_unit_s
+            on_clock = statics.trace_on_clock
+            state.origin[b] = start if on_clock else start - t[b] * statics.trace_speedup
+            state.segment[b] = _segment_at(state.origin[b], t[b], statics)
         theta = 2.0 * math.pi * phase
         clock[b, 0] = math.sin(theta)
         clock[b, 1] = math.cos(theta)
@@ -752,7 +785,7 @@ def _step_env(b, actions, state, out, statics):
     metrics[b, COST_USD] = cost
     metrics[b, CARBON_G] = carbon
     metrics[b, ENERGY_KWH] = energy
-    out.reward[b] = -_weighted_cost(statics.p, latency, violation, cost, carbon)
+    out.reward[b] = -_weighted_cost(statics, latency, violation, cost, carbon)
     _advance(b, state, statics)
     _observe(b, state, out.obs, out.mask, statics)
 
@@ -806,7 +839,6 @@ def dispatch_cost_kernel(clock, backlog, count, size, ingress, segment, mask, ou
 
     It takes the job sizes and backlogs as arrays of their own, not the `State`, so that the
     caller can price the job as the observation knows it (declared size, mean jobs)."""
-    p = statics.p
     for b in range(out.shape[0]):
         for n in range(out.shape[1]):
             if not mask[b, n]:
@@ -815,4 +847,4 @@ def dispatch_cost_kernel(clock, backlog, count, size, ingress, segment, mask, ou
             latency, violation, cost, _, carbon, _ = _outcome(
                 b, n, ingress[b], size[b], clock, backlog, count, statics, segment[b]
             )
-            out[b, n] = _weighted_cost(p, latency, violation, cost, carbon)
+            out[b, n] = _weighted_cost(statics, latency, violation, cost, carbon)

@@ -129,8 +129,8 @@ class WorldSpec:
     """Mean cost of one job spread evenly over the estate: the cost normaliser."""
     carbon_ref_g: float
     """Mean carbon of one job spread evenly over the estate: the carbon normaliser."""
-    weights: np.ndarray
-    """[4] reward weights: latency, violations, cost, carbon."""
+    weights: dict[str, float]
+    """The reward's weight of each term, by `RewardWeights`' field names."""
     synthetic: tuple[str, ...] = field(
         default=(
             "prices",
@@ -287,7 +287,7 @@ def build_spec(
         region_outage=_skew(world.region_outage, world.regions),
         cost_ref_usd=float(job_cost.mean()),
         carbon_ref_g=float(max(job_carbon.mean(), 1e-12)),
-        weights=np.array([reward.latency, reward.violations, reward.cost, reward.carbon]),
+        weights=dataclasses.asdict(reward),
         synthetic=_labels(trace),
         trace=trace,
     )

@@ -60,6 +60,7 @@ Approximations.
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Sequence
 
 import numba
@@ -76,7 +77,7 @@ from fedmc_flwr.sim.signals import (
     WorldSpec,
     build_spec,
 )
-from fedmc_flwr.sim.sources import Grid, SignalSource
+from fedmc_flwr.sim.sources import Grid, SignalSource, TraceSignals
 
 __doc__ = __doc__.replace("{observation_table}", doc_table())
 
@@ -87,7 +88,7 @@ StepResult = kernel.StepOut
 """What one batched step returns; every array is fresh (safe to keep)."""
 
 
-def _pack_params(spec: WorldSpec, joint: bool) -> tuple[np.ndarray, np.ndarray]:
+def _pack_regions(spec: WorldSpec, joint: bool) -> np.ndarray:
     reg = np.zeros((kernel.REGION_ROWS, spec.num_regions))
     reg[kernel.PRICE_MEAN] = spec.price_mean
     reg[kernel.PRICE_SWING] = spec.price_swing
@@ -104,46 +105,65 @@ def _pack_params(spec: WorldSpec, joint: bool) -> tuple[np.ndarray, np.ndarray]:
     reg[kernel.ARRIVAL_RATE] = spec.arrival_rate * share
     reg[kernel.BURSTINESS] = spec.burstiness
     reg[kernel.OUTAGE_WEIGHT] = spec.region_outage
-    p = np.zeros(kernel.SCALARS)
-    p[kernel.MEAN_SERVICE] = spec.mean_service_s
-    p[kernel.SLO] = spec.slo_s
-    p[kernel.QUEUE_THRESHOLD] = spec.queue_threshold
-    p[kernel.PARETO_ALPHA] = spec.pareto_alpha
-    p[kernel.PERIOD] = spec.diurnal_period_s
-    # Each node keeps its own rate, outage_rate / N times its region's multiplier: the
-    # kernel draws one outage per job with their sum, then the node by its region's weight.
-    p[kernel.OUTAGE_RATE] = spec.outage_rate * spec.region_outage.mean()
-    p[kernel.OUTAGE_MEAN] = spec.outage_mean_s
-    p[kernel.COST_REF] = spec.cost_ref_usd
-    p[kernel.CARBON_REF] = spec.carbon_ref_g
-    p[kernel.ARRIVAL_SWING] = spec.arrival_swing
-    p[kernel.W_LATENCY : kernel.W_CARBON + 1] = spec.weights
-    p[kernel.EGRESS_USD] = EGRESS_USD_PER_JOB
-    p[kernel.PUE] = PUE
-    p[kernel.BURST_SHARE] = BURST_SHARE
-    p[kernel.BURST_EXIT] = BURST_EXIT
-    p[kernel.QUEUE_CAPACITY] = spec.queue_capacity
-    p[kernel.WARMUP_JOBS] = spec.warmup_jobs
-    p[kernel.JOINT] = 1.0 if joint else 0.0
-    p[kernel.DECLARED_SIZE] = 1.0 if spec.declared_size else 0.0
-    p[kernel.DECLARED_ERROR] = spec.declared_size_error
-    trace = spec.trace
-    if trace is not None:
-        p[kernel.TRACE_RATE] = 1.0 if trace.rate is not None else 0.0
-        p[kernel.TRACE_PRICE] = 1.0 if trace.price is not None else 0.0
-        p[kernel.TRACE_CARBON] = 1.0 if trace.carbon is not None else 0.0
-        p[kernel.TRACE_JOBS] = 1.0 if trace.jobs is not None else 0.0
-        p[kernel.TRACE_STEP] = trace.step_s
-        p[kernel.TRACE_SPEEDUP] = trace.speedup
-        p[kernel.TRACE_STARTS] = trace.starts
-        p[kernel.TRACE_UNIT] = trace.start_unit_s
-        p[kernel.TRACE_ON_CLOCK] = 1.0 if trace.on_clock else 0.0
-    return reg, p
+    return reg
+
+
+def _trace_scalars(trace: TraceSignals | None) -> dict[str, object]:
+    """The trace's flags and clock (a synthetic world's: every flag off)."""
+    if trace is None:
+        trace_off = dict.fromkeys(("trace_rate", "trace_price", "trace_carbon", "trace_jobs"))
+        clock = {"trace_step_s": 0.0, "trace_speedup": 0.0, "trace_starts": 0}
+        return {**trace_off, **clock, "trace_start_unit_s": 0.0, "trace_on_clock": False}
+    return {
+        "trace_rate": trace.rate is not None,
+        "trace_price": trace.price is not None,
+        "trace_carbon": trace.carbon is not None,
+        "trace_jobs": trace.jobs is not None,
+        "trace_step_s": trace.step_s,
+        "trace_speedup": trace.speedup,
+        "trace_starts": trace.starts,
+        "trace_start_unit_s": trace.start_unit_s,
+        "trace_on_clock": trace.on_clock,
+    }
+
+
+_STATIC_TYPES = typing.get_type_hints(kernel.Statics)
+
+
+def pack_statics(spec: WorldSpec, joint: bool) -> kernel.Statics:
+    """The kernel's parameters of a world: every field of `kernel.Statics` that the spec
+    holds under the same name (its reward weights as `w_<term>`), and the few derived here.
+
+    Each scalar is converted to its annotated type (a flag to bool, a count to int), so
+    that every world hands the kernels one numba type, whatever the spec's number types.
+    A new scalar parameter is then a field of `WorldSpec` and one of `kernel.Statics` of the
+    same name, and nothing here."""
+    derived = {
+        "node_region": np.repeat(np.arange(spec.num_regions), spec.nodes_per_region),
+        "reg": _pack_regions(spec, joint),
+        # Each node keeps its own rate, outage_rate / N times its region's multiplier: the
+        # kernel draws one outage per job with their sum, then the node by its region's
+        # weight.
+        "outage_rate": spec.outage_rate * spec.region_outage.mean(),
+        "egress_usd": EGRESS_USD_PER_JOB,
+        "pue": PUE,
+        "burst_share": BURST_SHARE,
+        "burst_exit": BURST_EXIT,
+        "joint": joint,
+        **{f"w_{term}": weight for term, weight in spec.weights.items()},
+        **_trace_scalars(spec.trace),
+        **_pack_traces(spec),
+    }
+    fields = {}
+    for name, kind in _STATIC_TYPES.items():
+        value = derived[name] if name in derived else getattr(spec, name)
+        fields[name] = value if kind is np.ndarray else kind(value)
+    return kernel.Statics(**fields)
 
 
 def _pack_traces(spec: WorldSpec) -> dict[str, np.ndarray]:
     """The trace's series as the kernel reads them (`kernel.Statics`' last fields);
-    one-value placeholders (never read: their flags in `p` are off) for the signals that
+    one-value placeholders (never read: their flags are off) for the signals that
     stay synthetic.
 
     Every array is made C-contiguous with the kernel's dtype: numba compiles a kernel
@@ -207,18 +227,7 @@ class MultiCloudSim:
         self.layout = ObsLayout(self.num_actions, self.num_regions)
         self.obs_dim = self.layout.size
         self.joint = joint
-        reg, p = _pack_params(self.spec, joint)
-        self._statics = kernel.Statics(
-            speed=self.spec.speed,
-            power=self.spec.power_w,
-            price_mult=self.spec.price_mult,
-            node_region=np.repeat(np.arange(self.num_regions), self.nodes_per_region),
-            reg=reg,
-            rtt=self.spec.rtt_s,
-            p=p,
-            nodes_per_region=self.nodes_per_region,
-            **_pack_traces(self.spec),
-        )
+        self._statics = pack_statics(self.spec, joint)
         b, n = self.num_envs, self.num_actions
         self.state = kernel.State(
             t=np.zeros(b),
@@ -335,7 +344,7 @@ class MultiCloudSim:
         region's own mean. The reward's normalisers stay the config's, so rewards keep
         their units.
         """
-        reg, p = self._statics.reg, self._statics.p
+        reg = self._statics.reg
         for row, swing, values, what in (
             (kernel.ARRIVAL_RATE, None, arrival_rate, "positive"),
             (kernel.CARBON_MEAN, kernel.CARBON_SWING, carbon, "non-negative"),
@@ -349,7 +358,7 @@ class MultiCloudSim:
                 raise ValueError(f"need {self.num_regions} {what} values or NaN, got {values}")
             reg[row] = np.where(np.isnan(values), reg[row], values)
             if swing is None:
-                p[kernel.ARRIVAL_SWING] = 0.0
+                self._statics = self._statics._replace(arrival_swing=0.0)
             else:
                 reg[swing] = 0.0
 
