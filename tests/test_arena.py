@@ -17,7 +17,6 @@ from fedmc_flwr.experiments import arena
 from fedmc_flwr.experiments.sweep import load_sweep, run_sweep, summarise_arena, summarise_sweep
 from fedmc_flwr.results import read_per_seed
 from fedmc_flwr.seeds import arena_seeds, heldout_seeds
-from fedmc_flwr.sim import kernel
 from fedmc_flwr.sim.world import MultiCloudSim
 
 
@@ -49,10 +48,10 @@ def test_the_arena_offers_the_estate_what_the_busiest_region_offers_alone() -> N
     cfg = load_config(SMALL_DEMO, ["world.region_load=[0.5,1.0,0.8]"])
     alone = MultiCloudSim(cfg.world, cfg.reward, [0])
     joint = MultiCloudSim(cfg.world, cfg.reward, [0], joint=True)
-    rates = joint._statics.reg[kernel.ARRIVAL_RATE]
+    rates = joint._statics.arrival_rate
     assert rates.sum() == pytest.approx(alone.spec.arrival_rate[1], rel=1e-12)
     np.testing.assert_allclose(rates / rates.sum(), np.array([0.5, 1.0, 0.8]) / 2.3, rtol=1e-12)
-    np.testing.assert_array_equal(alone._statics.reg[kernel.ARRIVAL_RATE], alone.spec.arrival_rate)
+    np.testing.assert_array_equal(alone._statics.arrival_rate, alone.spec.arrival_rate)
 
 
 def test_a_joint_world_depends_on_its_own_seed_only() -> None:

@@ -26,9 +26,9 @@ each to the valid node of shortest expected delay on the true state (RTT from th
 
 Every kernel takes three named tuples, laid out by `world.MultiCloudSim` and read by
 field name: `State` (what moves), `StepOut` (what a step writes besides) and `Statics`
-(the world's parameters, as gymnax's `EnvParams`: `statics.slo_s`, `statics.w_latency`;
-the index constants name the rows of its `reg`). Numba compiles a named tuple as a plain
-tuple, so a name costs nothing at run time.
+(the world's parameters, as gymnax's `EnvParams`: `statics.slo_s`, `statics.w_latency`,
+each region's `statics.price_mean[r]`). Numba compiles a named tuple as a plain tuple, so a
+name costs nothing at run time.
 
 Trace-driven worlds (`sources.py`). A world whose rate, price or carbon follows a real
 series reads it piecewise constant, one value per trace step: env b is in trace second
@@ -72,69 +72,68 @@ compile_cache.install()
 class Statics(NamedTuple):
     """The world's parameters by name: what a world is, as opposed to where it stands.
 
-    `world.pack_statics` fills every field that `signals.WorldSpec` (or its reward weights,
-    as `w_<term>`) holds under the same name, and derives the others. Every scalar has the
-    type its annotation says, so that every world hands the kernels one numba type."""
+    `world.pack_statics` fills them: every field that `signals.WorldSpec` holds under the
+    same name as it is there (its docstrings say what each means), the others derived.
+    Every scalar has the type its annotation says, so that every world hands the kernels
+    one numba type. [N] per node, [R] per region."""
 
+    # as `signals.WorldSpec` has them
     speed: np.ndarray
-    """[N] service-rate factor of each node."""
     power_w: np.ndarray
-    """[N] power draw of each node, W."""
     price_mult: np.ndarray
-    """[N] each node's price factor on its region's price."""
+    rtt_s: np.ndarray
+    nodes_per_region: int
+    price_mean: np.ndarray
+    price_swing: np.ndarray
+    carbon_mean: np.ndarray
+    carbon_swing: np.ndarray
+    background_mean: np.ndarray
+    background_swing: np.ndarray
+    burstiness: np.ndarray
+    region_outage: np.ndarray
+    mean_service_s: float
+    pareto_alpha: float
+    slo_s: float
+    queue_threshold: int
+    queue_capacity: int
+    warmup_jobs: int
+    diurnal_period_s: float
+    arrival_swing: float
+    outage_mean_s: float
+    declared_size: bool
+    declared_size_error: float
+    cost_ref_usd: float
+    carbon_ref_g: float
+
+    # derived from the spec, the world's constants and the arena
     node_region: np.ndarray
     """[N] each node's region."""
-    reg: np.ndarray
-    """[11, R] region parameters (rows named by the constants below)."""
-    rtt_s: np.ndarray
-    """[R, R] round-trip times between regions, s."""
-    nodes_per_region: int
-    mean_service_s: float
-    """Mean service time of a job at speed 1.0, s."""
-    pareto_alpha: float
-    """Shape of the Pareto job sizes; 0 for exponential sizes."""
-    slo_s: float
-    """A job slower than this violates the SLO, s."""
-    queue_threshold: int
-    """A job that finds this many jobs at its node violates the SLO."""
-    queue_capacity: int
-    """Jobs a node holds before the mask offers it no more."""
-    diurnal_period_s: float
-    """Length of the (compressed) day, s."""
-    arrival_swing: float
-    """Relative amplitude of each region's daily arrival cycle."""
-    burst_share: float
-    """Long-run share of a region's jobs that arrive in a burst."""
-    burst_exit: float
-    """Chance per job of a region that its burst ends."""
+    cos_phase: np.ndarray
+    """[R] cos of each region's phase of the day."""
+    sin_phase: np.ndarray
+    """[R] sin of each region's phase of the day."""
+    arrival_rate: np.ndarray
+    """[R] each region's mean arrival rate, jobs/s (scaled down together in the arena)."""
     outage_rate: float
-    """Chance per job that some node goes down (the nodes' rates summed)."""
-    outage_mean_s: float
-    """Mean length of an outage, s."""
+    """Chance per job that some node goes down: every node's rate, summed."""
     egress_usd: float
     """Charge of sending a job to another region than its own, USD."""
     pue: float
     """Power usage effectiveness of every datacentre."""
-    w_latency: float
-    """Reward weight of latency over the SLO."""
-    w_violations: float
-    """Reward weight of an SLO violation."""
-    w_cost: float
-    """Reward weight of cost over `cost_ref_usd`."""
-    w_carbon: float
-    """Reward weight of carbon over `carbon_ref_g`."""
-    cost_ref_usd: float
-    """The cost normaliser: a mean job's cost, spread evenly over the estate."""
-    carbon_ref_g: float
-    """The carbon normaliser: a mean job's carbon, spread evenly over the estate."""
-    warmup_jobs: int
-    """Jobs the world dispatches by itself at an episode's start."""
+    burst_share: float
+    """Long-run share of a region's jobs that arrive in a burst."""
+    burst_exit: float
+    """Chance per job of a region that its burst ends."""
     joint: bool
     """Every region's workload arrives at once (the joint arena)."""
-    declared_size: bool
-    """Jobs declare their size, and the observation prices each at it."""
-    declared_size_error: float
-    """Sigma of the mean-one log-normal error of a declaration."""
+
+    # the reward's weights, one `w_<term>` per field of `RewardWeights`
+    w_latency: float
+    w_violations: float
+    w_cost: float
+    w_carbon: float
+
+    # the trace a world replays (`sources.TraceSignals`; all off in a synthetic world)
     trace_rate: bool
     """The arrival rates follow `rate` (else the synthetic daily cycle)."""
     trace_price: bool
@@ -232,11 +231,6 @@ class StepOut(NamedTuple):
     """[B] bool: no live node had room, so the job was refused."""
 
 
-# rows of the [11, R] region parameter array
-PRICE_MEAN, PRICE_SWING, CARBON_MEAN, CARBON_SWING, BG_MEAN, BG_SWING = 0, 1, 2, 3, 4, 5
-COS_PHASE, SIN_PHASE, ARRIVAL_RATE, BURSTINESS, OUTAGE_WEIGHT = 6, 7, 8, 9, 10
-REGION_ROWS = 11
-
 # columns of the per-step metrics array
 LATENCY_MS, SLO_VIOLATION, COST_USD, CARBON_G, ENERGY_KWH = range(5)
 METRIC_NAMES = ("latency_ms", "slo_violation", "cost_usd", "carbon_g", "energy_kwh")
@@ -310,17 +304,21 @@ def _declare(rng, b, statics, size):
 
 
 @njit(cache=True, inline="always")
-def _background(reg, r, s, c):
-    share = reg[BG_MEAN, r] * (
-        1.0 + reg[BG_SWING, r] * (s * reg[COS_PHASE, r] + c * reg[SIN_PHASE, r])
-    )
+def _background(statics, r, s, c):
+    day = _local_day(statics, r, s, c)
+    share = statics.background_mean[r] * (1.0 + statics.background_swing[r] * day)
     return min(max(share, 0.0), 0.95)
 
 
 @njit(cache=True, inline="always")
-def _local_day(reg, r, s, c):
+def _num_regions(statics):
+    return statics.rtt_s.shape[0]
+
+
+@njit(cache=True, inline="always")
+def _local_day(statics, r, s, c):
     """sin of region r's local time of day, from the global clock's sin and cos."""
-    return s * reg[COS_PHASE, r] + c * reg[SIN_PHASE, r]
+    return s * statics.cos_phase[r] + c * statics.sin_phase[r]
 
 
 @njit(cache=True, inline="always")
@@ -352,7 +350,7 @@ def _price(statics, r, day, k):
     """Region r's hourly price of a speed-1.0 node: its trace's, or its daily cycle's."""
     if statics.trace_price:
         return _held(statics.price, statics.price_len, r, k)
-    return statics.reg[PRICE_MEAN, r] * (1.0 + statics.reg[PRICE_SWING, r] * day)
+    return statics.price_mean[r] * (1.0 + statics.price_swing[r] * day)
 
 
 @njit(cache=True, inline="always")
@@ -360,11 +358,11 @@ def _outcome(b, n, ingress, size, clock, backlog, count, statics, k):
     """Latency (s), violation, cost, energy and carbon of sending env b's job to node n
     (in trace step k)."""
     speed, power, price_mult = statics.speed, statics.power_w, statics.price_mult
-    reg, rtt = statics.reg, statics.rtt_s
+    rtt = statics.rtt_s
     r = n // statics.nodes_per_region
     s, c = clock[b, 0], clock[b, 1]
-    day = _local_day(reg, r, s, c)
-    rate = speed[n] * (1.0 - _background(reg, r, s, c))
+    day = _local_day(statics, r, s, c)
+    rate = speed[n] * (1.0 - _background(statics, r, s, c))
     wait = backlog[b, n] / rate
     busy = size / rate
     latency = rtt[ingress, r] + wait + busy
@@ -377,7 +375,7 @@ def _outcome(b, n, ingress, size, clock, backlog, count, statics, k):
     if statics.trace_carbon:
         carbon = energy * _held(statics.carbon, statics.carbon_len, r, k)
     else:  # kept as it was, so that synthetic worlds stay the same bit for bit
-        carbon = energy * reg[CARBON_MEAN, r] * (1.0 - reg[CARBON_SWING, r] * day)
+        carbon = energy * statics.carbon_mean[r] * (1.0 - statics.carbon_swing[r] * day)
     return latency, violation, cost, energy, carbon, wait + busy
 
 
@@ -416,7 +414,7 @@ def _observe(b, state, obs, mask, statics):
     jobs declare theirs (`declared_size`); the undeclared formula is kept as it was so
     that worlds without declarations stay the same bit for bit."""
     speed, power, price_mult = statics.speed, statics.power_w, statics.price_mult
-    reg, rtt, per_region = statics.reg, statics.rtt_s, statics.nodes_per_region
+    rtt, per_region = statics.rtt_s, statics.nodes_per_region
     t, count, down_until = state.t[b], state.count, state.down_until
     n_nodes = count.shape[1]
     ring_size = state.ring.shape[2]
@@ -438,14 +436,14 @@ def _observe(b, state, obs, mask, statics):
     i = state.ingress[b]
     declares = statics.declared_size
     k = state.segment[b]
-    for r in range(reg.shape[1]):  # nodes are numbered region by region
-        day = _local_day(reg, r, s, c)
+    for r in range(_num_regions(statics)):  # nodes are numbered region by region
+        day = _local_day(statics, r, s, c)
         price = _price(statics, r, day, k)
         if statics.trace_carbon:
             carbon = _held(statics.carbon, statics.carbon_len, r, k)
         else:
-            carbon = reg[CARBON_MEAN, r] * (1.0 - reg[CARBON_SWING, r] * day)
-        background = _background(reg, r, s, c)
+            carbon = statics.carbon_mean[r] * (1.0 - statics.carbon_swing[r] * day)
+        background = _background(statics, r, s, c)
         busy = statics.mean_service_s / (1.0 - background)
         job = state.declared[b] / (1.0 - background) if declares else 0.0
         link = rtt[i, r]
@@ -509,7 +507,7 @@ def _worst_valid(b, state, statics):
 @njit(cache=True)
 def _shortest_expected_delay(b, state, statics):
     """The valid node of shortest expected delay for env b's job, on the true state."""
-    speed, reg, rtt = statics.speed, statics.reg, statics.rtt_s
+    speed, rtt = statics.speed, statics.rtt_s
     mask, backlog, size = state.mask, state.backlog, state.size
     s, c = state.clock[b, 0], state.clock[b, 1]
     best, best_delay = 0, np.inf
@@ -517,7 +515,7 @@ def _shortest_expected_delay(b, state, statics):
         if not mask[b, n]:
             continue
         r = n // statics.nodes_per_region
-        rate = speed[n] * (1.0 - _background(reg, r, s, c))
+        rate = speed[n] * (1.0 - _background(statics, r, s, c))
         delay = rtt[state.ingress[b], r] + (backlog[b, n] + size[b]) / rate
         if delay < best_delay:
             best, best_delay = n, delay
@@ -528,26 +526,24 @@ def _shortest_expected_delay(b, state, statics):
 def _burst_mult(statics, burst, b, r):
     """Region r's rate multiplier in env b's burst state (it averages 1)."""
     share = statics.burst_share
-    depth = statics.reg[BURSTINESS, r]
+    depth = statics.burstiness[r]
     return 1.0 + depth if burst[b, r] == 1 else 1.0 - depth * share / (1.0 - share)
 
 
 @njit(cache=True, inline="always")
 def _arrival_rate(statics, burst, b, r, s, c):
     """Region r's arrival rate (jobs/s) in env b now: its mean, its burst state, its day."""
-    reg = statics.reg
     mult = _burst_mult(statics, burst, b, r)
     swing = statics.arrival_swing
-    return reg[ARRIVAL_RATE, r] * mult * (1.0 + swing * _local_day(reg, r, s, c))
+    return statics.arrival_rate[r] * mult * (1.0 + swing * _local_day(statics, r, s, c))
 
 
 @njit(cache=True, inline="always")
 def _trace_rate(statics, burst, b, r, k):
     """Region r's arrival rate (jobs/s) in env b in trace step k: its mean, its burst
     state, its trace's shape."""
-    reg = statics.reg
     mult = _burst_mult(statics, burst, b, r)
-    return reg[ARRIVAL_RATE, r] * mult * _held(statics.rate, statics.rate_len, r, k)
+    return statics.arrival_rate[r] * mult * _held(statics.rate, statics.rate_len, r, k)
 
 
 @njit(cache=True, inline="always")
@@ -557,7 +553,7 @@ def _offered_in(statics, burst, b, k, i):
     if i >= 0:
         return _trace_rate(statics, burst, b, i, k)
     total = 0.0
-    for r in range(statics.reg.shape[1]):
+    for r in range(_num_regions(statics)):
         total += _trace_rate(statics, burst, b, r, k)
     return total
 
@@ -618,7 +614,7 @@ def _trace_advance(state, statics, b):
     if statics.joint:
         arrival, k = _trace_arrival(state, statics, b, -1)
         target = _uniform(rng, b) * _offered_in(statics, burst, b, k, -1)
-        nregions = statics.reg.shape[1]
+        nregions = _num_regions(statics)
         i, acc = nregions - 1, 0.0
         for r in range(nregions):
             acc += _trace_rate(statics, burst, b, r, k)
@@ -642,12 +638,12 @@ def _advance(b, state, statics):
     the total rate; `ingress[b]` becomes that region. A region's burst chain moves at each
     of its own arrivals in either case.
     """
-    speed, reg = statics.speed, statics.reg
+    speed = statics.speed
     t, clock, backlog, rng, burst = state.t, state.clock, state.backlog, state.rng, state.burst
     ring, next_done, head, count = state.ring, state.next_done, state.head, state.count
     down_until, size, ingress = state.down_until, state.size, state.ingress
     s, c = clock[b, 0], clock[b, 1]
-    nregions = reg.shape[1]
+    nregions = _num_regions(statics)
     if statics.trace_rate:
         dt = _trace_advance(state, statics, b)
     elif statics.joint:
@@ -674,7 +670,7 @@ def _advance(b, state, statics):
     per_region = n_nodes // nregions
     capacity = ring.shape[2]
     for r in range(nregions):  # nodes are numbered region by region
-        free = 1.0 - _background(reg, r, s, c)
+        free = 1.0 - _background(statics, r, s, c)
         for n in range(r * per_region, (r + 1) * per_region):
             work = backlog[b, n] - speed[n] * free * dt
             backlog[b, n] = work if work > 0.0 else 0.0
@@ -693,13 +689,13 @@ def _advance(b, state, statics):
     if _uniform(rng, b) < statics.outage_rate:  # some node goes down, by its region's weight
         total = 0.0
         for r in range(nregions):
-            total += reg[OUTAGE_WEIGHT, r] * per_region
+            total += statics.region_outage[r] * per_region
         # Inverse CDF over the nodes. With every weight 1 the partial sums are the integers,
         # so the node is int(u * n_nodes): the same draw as an estate with one rate.
         target = _uniform(rng, b) * total
         n, acc = n_nodes - 1, 0.0
         for m in range(n_nodes):
-            acc += reg[OUTAGE_WEIGHT, m // per_region]
+            acc += statics.region_outage[m // per_region]
             if target < acc:
                 n = m
                 break

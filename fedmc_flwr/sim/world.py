@@ -88,32 +88,12 @@ StepResult = kernel.StepOut
 """What one batched step returns; every array is fresh (safe to keep)."""
 
 
-def _pack_regions(spec: WorldSpec, joint: bool) -> np.ndarray:
-    reg = np.zeros((kernel.REGION_ROWS, spec.num_regions))
-    reg[kernel.PRICE_MEAN] = spec.price_mean
-    reg[kernel.PRICE_SWING] = spec.price_swing
-    reg[kernel.CARBON_MEAN] = spec.carbon_mean
-    reg[kernel.CARBON_SWING] = spec.carbon_swing
-    reg[kernel.BG_MEAN] = spec.background_mean
-    reg[kernel.BG_SWING] = spec.background_swing
-    reg[kernel.COS_PHASE] = np.cos(spec.phase)
-    reg[kernel.SIN_PHASE] = np.sin(spec.phase)
-    # Joint: the regions' workloads shrink in proportion until together they offer what
-    # the busiest offers alone (`world.load`); at their own rates they would overload the
-    # estate (small_demo's three sum to 1.81).
-    share = spec.arrival_rate.max() / spec.arrival_rate.sum() if joint else 1.0
-    reg[kernel.ARRIVAL_RATE] = spec.arrival_rate * share
-    reg[kernel.BURSTINESS] = spec.burstiness
-    reg[kernel.OUTAGE_WEIGHT] = spec.region_outage
-    return reg
-
-
 def _trace_scalars(trace: TraceSignals | None) -> dict[str, object]:
     """The trace's flags and clock (a synthetic world's: every flag off)."""
     if trace is None:
-        trace_off = dict.fromkeys(("trace_rate", "trace_price", "trace_carbon", "trace_jobs"))
-        clock = {"trace_step_s": 0.0, "trace_speedup": 0.0, "trace_starts": 0}
-        return {**trace_off, **clock, "trace_start_unit_s": 0.0, "trace_on_clock": False}
+        flags = ("trace_rate", "trace_price", "trace_carbon", "trace_jobs", "trace_on_clock")
+        clock = ("trace_step_s", "trace_speedup", "trace_starts", "trace_start_unit_s")
+        return dict.fromkeys(flags, False) | dict.fromkeys(clock, 0)
     return {
         "trace_rate": trace.rate is not None,
         "trace_price": trace.price is not None,
@@ -125,40 +105,6 @@ def _trace_scalars(trace: TraceSignals | None) -> dict[str, object]:
         "trace_start_unit_s": trace.start_unit_s,
         "trace_on_clock": trace.on_clock,
     }
-
-
-_STATIC_TYPES = typing.get_type_hints(kernel.Statics)
-
-
-def pack_statics(spec: WorldSpec, joint: bool) -> kernel.Statics:
-    """The kernel's parameters of a world: every field of `kernel.Statics` that the spec
-    holds under the same name (its reward weights as `w_<term>`), and the few derived here.
-
-    Each scalar is converted to its annotated type (a flag to bool, a count to int), so
-    that every world hands the kernels one numba type, whatever the spec's number types.
-    A new scalar parameter is then a field of `WorldSpec` and one of `kernel.Statics` of the
-    same name, and nothing here."""
-    derived = {
-        "node_region": np.repeat(np.arange(spec.num_regions), spec.nodes_per_region),
-        "reg": _pack_regions(spec, joint),
-        # Each node keeps its own rate, outage_rate / N times its region's multiplier: the
-        # kernel draws one outage per job with their sum, then the node by its region's
-        # weight.
-        "outage_rate": spec.outage_rate * spec.region_outage.mean(),
-        "egress_usd": EGRESS_USD_PER_JOB,
-        "pue": PUE,
-        "burst_share": BURST_SHARE,
-        "burst_exit": BURST_EXIT,
-        "joint": joint,
-        **{f"w_{term}": weight for term, weight in spec.weights.items()},
-        **_trace_scalars(spec.trace),
-        **_pack_traces(spec),
-    }
-    fields = {}
-    for name, kind in _STATIC_TYPES.items():
-        value = derived[name] if name in derived else getattr(spec, name)
-        fields[name] = value if kind is np.ndarray else kind(value)
-    return kernel.Statics(**fields)
 
 
 def _pack_traces(spec: WorldSpec) -> dict[str, np.ndarray]:
@@ -184,6 +130,47 @@ def _pack_traces(spec: WorldSpec) -> dict[str, np.ndarray]:
     fields["job_size"] = np.ascontiguousarray(sizes, dtype=np.float64)
     fields["job_start"] = np.ascontiguousarray(starts, dtype=np.int64)
     return fields
+
+
+_STATIC_TYPES = typing.get_type_hints(kernel.Statics)
+
+
+def pack_statics(spec: WorldSpec, joint: bool) -> kernel.Statics:
+    """The kernel's parameters of a world: every field of `kernel.Statics` that the spec
+    holds under the same name (its reward weights as `w_<term>`), and the few derived here.
+
+    Each scalar is converted to its annotated type (a flag to bool, a count to int), so
+    that every world hands the kernels one numba type, whatever the spec's number types;
+    each array is a C-ordered copy, which `replay_signals` may change without touching the
+    spec. A new parameter is then a field of `WorldSpec` and one of `kernel.Statics` of the
+    same name, and nothing here."""
+    # Joint: the regions' workloads shrink in proportion until together they offer what
+    # the busiest offers alone (`world.load`); at their own rates they would overload the
+    # estate (small_demo's three sum to 1.81).
+    share = spec.arrival_rate.max() / spec.arrival_rate.sum() if joint else 1.0
+    derived = {
+        "node_region": np.repeat(np.arange(spec.num_regions), spec.nodes_per_region),
+        "cos_phase": np.cos(spec.phase),
+        "sin_phase": np.sin(spec.phase),
+        "arrival_rate": spec.arrival_rate * share,
+        # Each node keeps its own rate, outage_rate / N times its region's multiplier: the
+        # kernel draws one outage per job with their sum, then the node by its region's
+        # weight.
+        "outage_rate": spec.outage_rate * spec.region_outage.mean(),
+        "egress_usd": EGRESS_USD_PER_JOB,
+        "pue": PUE,
+        "burst_share": BURST_SHARE,
+        "burst_exit": BURST_EXIT,
+        "joint": joint,
+        **{f"w_{term}": weight for term, weight in spec.weights.items()},
+        **_trace_scalars(spec.trace),
+        **_pack_traces(spec),
+    }
+    fields = {}
+    for name, kind in _STATIC_TYPES.items():
+        value = derived[name] if name in derived else getattr(spec, name)
+        fields[name] = np.array(value, order="C") if kind is np.ndarray else kind(value)
+    return kernel.Statics(**fields)
 
 
 class MultiCloudSim:
@@ -344,10 +331,10 @@ class MultiCloudSim:
         region's own mean. The reward's normalisers stay the config's, so rewards keep
         their units.
         """
-        reg = self._statics.reg
-        for row, swing, values, what in (
-            (kernel.ARRIVAL_RATE, None, arrival_rate, "positive"),
-            (kernel.CARBON_MEAN, kernel.CARBON_SWING, carbon, "non-negative"),
+        statics = self._statics
+        for level, swing, values, what in (
+            ("arrival_rate", None, arrival_rate, "positive"),
+            ("carbon_mean", "carbon_swing", carbon, "non-negative"),
         ):
             if values is None:
                 continue
@@ -356,11 +343,12 @@ class MultiCloudSim:
             bad = (known <= 0).any() if swing is None else (known < 0).any()
             if values.shape != (self.num_regions,) or bad:
                 raise ValueError(f"need {self.num_regions} {what} values or NaN, got {values}")
-            reg[row] = np.where(np.isnan(values), reg[row], values)
+            current = getattr(statics, level)  # written in place: the kernels read it
+            current[:] = np.where(np.isnan(values), current, values)
             if swing is None:
                 self._statics = self._statics._replace(arrival_swing=0.0)
             else:
-                reg[swing] = 0.0
+                getattr(statics, swing)[:] = 0.0
 
     def dispatch_costs(self, knows_size: bool = True, knows_backlogs: bool = True) -> np.ndarray:
         """[B, A] immediate weighted cost of each action for the waiting job (inf if masked).
