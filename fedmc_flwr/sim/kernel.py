@@ -231,6 +231,24 @@ class StepOut(NamedTuple):
     """[B] bool: no live node had room, so the job was refused."""
 
 
+class Outcome(NamedTuple):
+    """What serving one job at one node comes to, in SI units: what the reward weighs
+    (`_weighted_cost`) and the step's metrics report."""
+
+    latency_s: float
+    """Round trip from the ingress, wait in the queue and service."""
+    violation: float
+    """1.0 if the job misses the SLO or finds the queue over its threshold, else 0.0."""
+    cost_usd: float
+    """The node's price for the service time, and the egress charge if it left its region."""
+    energy_kwh: float
+    """The node's power over the service time, times the PUE."""
+    carbon_g: float
+    """The energy at the region's grid carbon intensity."""
+    sojourn_s: float
+    """Wait and service: when the node will be done with the job, from now."""
+
+
 # columns of the per-step metrics array
 LATENCY_MS, SLO_VIOLATION, COST_USD, CARBON_G, ENERGY_KWH = range(5)
 METRIC_NAMES = ("latency_ms", "slo_violation", "cost_usd", "carbon_g", "energy_kwh")
@@ -355,8 +373,7 @@ def _price(statics, r, day, k):
 
 @njit(cache=True, inline="always")
 def _outcome(b, n, ingress, size, clock, backlog, count, statics, k):
-    """Latency (s), violation, cost, energy and carbon of sending env b's job to node n
-    (in trace step k)."""
+    """The `Outcome` of sending env b's job of this `size` to node n (in trace step k)."""
     speed, power, price_mult = statics.speed, statics.power_w, statics.price_mult
     rtt = statics.rtt_s
     r = n // statics.nodes_per_region
@@ -376,7 +393,7 @@ def _outcome(b, n, ingress, size, clock, backlog, count, statics, k):
         carbon = energy * _held(statics.carbon, statics.carbon_len, r, k)
     else:  # kept as it was, so that synthetic worlds stay the same bit for bit
         carbon = energy * statics.carbon_mean[r] * (1.0 - statics.carbon_swing[r] * day)
-    return latency, violation, cost, energy, carbon, wait + busy
+    return Outcome(latency, violation, cost, energy, carbon, wait + busy)
 
 
 @njit(cache=True, inline="always")
@@ -396,12 +413,13 @@ def _job_outcome(b, n, state, statics):
 
 
 @njit(cache=True, inline="always")
-def _weighted_cost(statics, latency, violation, cost, carbon):
+def _weighted_cost(statics, outcome):
+    """The reward's terms, each normalised and weighted: the reward is minus their sum."""
     return (
-        statics.w_latency * latency / statics.slo_s
-        + statics.w_violations * violation
-        + statics.w_cost * cost / statics.cost_ref_usd
-        + statics.w_carbon * carbon / statics.carbon_ref_g
+        statics.w_latency * outcome.latency_s / statics.slo_s
+        + statics.w_violations * outcome.violation
+        + statics.w_cost * outcome.cost_usd / statics.cost_ref_usd
+        + statics.w_carbon * outcome.carbon_g / statics.carbon_ref_g
     )
 
 
@@ -497,8 +515,7 @@ def _worst_valid(b, state, statics):
     for n in range(n_nodes):
         if any_valid and not mask[b, n]:
             continue
-        latency, violation, cost, _, carbon, _ = _job_outcome(b, n, state, statics)
-        score = _weighted_cost(statics, latency, violation, cost, carbon)
+        score = _weighted_cost(statics, _job_outcome(b, n, state, statics))
         if score > worst_cost:
             worst, worst_cost = n, score
     return worst
@@ -751,8 +768,7 @@ def reset_kernel(envs, phases, state, statics):
             if w > 0:  # dispatch the waiting job by shortest expected delay, unscored
                 n = _shortest_expected_delay(b, state, statics)
                 if state.count[b, n] < ring_size:
-                    _, _, _, _, _, sojourn = _job_outcome(b, n, state, statics)
-                    _admit(b, n, sojourn, state)
+                    _admit(b, n, _job_outcome(b, n, state, statics).sojourn_s, state)
             _advance(b, state, statics)
             _observe(b, state, state.obs, state.mask, statics)
 
@@ -769,19 +785,19 @@ def _step_env(b, actions, state, out, statics):
     full = state.count[b, n] >= state.ring.shape[2]
     if full:  # no live node has room: refused, scored at the worst
         n = _worst_valid(b, state, statics)
-    latency, violation, cost, energy, carbon, sojourn = _job_outcome(b, n, state, statics)
-    if full:
-        violation = 1.0
+    job = _job_outcome(b, n, state, statics)
+    if full:  # a violation, whatever the worst node's latency
+        job = Outcome(job.latency_s, 1.0, job.cost_usd, job.energy_kwh, job.carbon_g, job.sojourn_s)
     else:
-        _admit(b, n, sojourn, state)
+        _admit(b, n, job.sojourn_s, state)
     out.invalid[b] = bad
     out.refused[b] = full
-    metrics[b, LATENCY_MS] = latency * 1000.0
-    metrics[b, SLO_VIOLATION] = violation
-    metrics[b, COST_USD] = cost
-    metrics[b, CARBON_G] = carbon
-    metrics[b, ENERGY_KWH] = energy
-    out.reward[b] = -_weighted_cost(statics, latency, violation, cost, carbon)
+    metrics[b, LATENCY_MS] = job.latency_s * 1000.0
+    metrics[b, SLO_VIOLATION] = job.violation
+    metrics[b, COST_USD] = job.cost_usd
+    metrics[b, CARBON_G] = job.carbon_g
+    metrics[b, ENERGY_KWH] = job.energy_kwh
+    out.reward[b] = -_weighted_cost(statics, job)
     _advance(b, state, statics)
     _observe(b, state, out.obs, out.mask, statics)
 
@@ -840,7 +856,5 @@ def dispatch_cost_kernel(clock, backlog, count, size, ingress, segment, mask, ou
             if not mask[b, n]:
                 out[b, n] = np.inf
                 continue
-            latency, violation, cost, _, carbon, _ = _outcome(
-                b, n, ingress[b], size[b], clock, backlog, count, statics, segment[b]
-            )
-            out[b, n] = _weighted_cost(statics, latency, violation, cost, carbon)
+            job = _outcome(b, n, ingress[b], size[b], clock, backlog, count, statics, segment[b])
+            out[b, n] = _weighted_cost(statics, job)
