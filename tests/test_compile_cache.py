@@ -114,10 +114,13 @@ def test_copy_elsewhere_loads_without_compiling(filled: tuple[Path, dict], tmp_p
     assert warm["total"] == cold["total"]
 
 
-def test_changed_source_misses(filled: tuple[Path, dict], tmp_path: Path):
+@pytest.mark.parametrize("edited", ["kernel.py", "layout.py"])
+def test_changed_source_misses(filled: tuple[Path, dict], tmp_path: Path, edited: str):
+    """An edit of the kernels' file, or of a module whose constants they compile in (the
+    observation's columns, the background cap), compiles afresh."""
     cache, cold = filled
     app = _copy_package(tmp_path, mtime=1_000_000_000)
-    with (app / "fedmc_flwr" / "sim" / "kernel.py").open("a") as f:
+    with (app / "fedmc_flwr" / "sim" / edited).open("a") as f:
         f.write("\n# edited\n")
     changed = _probe(app, cache, "seed")
     assert (changed["hits"], changed["misses"]) == (0, 1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import doctest
+import inspect
 import warnings
 from dataclasses import replace
 from pathlib import Path
@@ -16,7 +17,9 @@ from gymnasium.utils.env_checker import check_env
 import fedmc_flwr.sim.gym as sim_gym
 from fedmc_flwr.config import ExperimentConfig, WorldConfig
 from fedmc_flwr.sim import ENV_ID
+from fedmc_flwr.sim import world as sim_world
 from fedmc_flwr.sim.gym import MultiCloudEnv, MultiCloudVectorEnv
+from fedmc_flwr.sim.layout import feature_list
 from fedmc_flwr.sim.world import MultiCloudSim
 
 
@@ -30,6 +33,20 @@ def test_check_env_passes_without_warnings() -> None:
 def test_the_docstring_example_runs() -> None:
     failures, attempted = doctest.testmod(sim_gym)
     assert attempted > 0 and failures == 0
+
+
+@pytest.mark.parametrize(
+    ("where", "doc", "bounds"),
+    [
+        ("world.py's docstring", sim_world.__doc__, False),
+        ("MultiCloudEnv's docstring", inspect.getdoc(MultiCloudEnv), True),
+    ],
+)
+def test_the_docstrings_list_the_observation_as_the_layout_defines_it(
+    where: str, doc: str, bounds: bool
+) -> None:
+    expected = feature_list(bounds=bounds)
+    assert expected in doc, f"{where} should list the features as layout.py has them:\n{expected}"
 
 
 def test_make_accepts_a_config_path_ingress_name_and_time_limit(small_demo_path: Path) -> None:

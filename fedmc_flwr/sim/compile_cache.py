@@ -8,11 +8,13 @@ and compiles every kernel again: seconds of round 1 spent in LLVM.
 
 `install()` puts a locator in front of numba's that files the compiled code of this
 package's modules under `<cache root>/<digest>`, where the digest covers the source
-file's bytes, numba's version and Python's. The same source at any path, with any mtime,
-therefore finds the same entries; an edited file, or another numba or Python, gets a
-directory of its own. The cache root is `$FEDMC_CACHE_DIR` if set, else
-`$XDG_CACHE_HOME/fedmc-flwr/numba` (XDG's default: `~/.cache`). Where the root cannot be
-written the locator steps aside and numba's usual locators apply, as before.
+file's bytes, those of the package's modules it imports (transitively: a kernel compiles
+in the constants it imports, such as the observation's columns from `layout.py`), numba's
+version and Python's. The same sources at any path, with any mtime, therefore find the
+same entries; an edited file, or another numba or Python, gets a directory of its own.
+The cache root is `$FEDMC_CACHE_DIR` if set, else `$XDG_CACHE_HOME/fedmc-flwr/numba`
+(XDG's default: `~/.cache`). Where the root cannot be written the locator steps aside and
+numba's usual locators apply, as before.
 
 Concurrent writers (the actors of one run compile together on a cold cache) are safe as
 far as numba's files go: numba writes every index and data file under a temporary name
@@ -27,6 +29,7 @@ it imports nothing of the simulator.
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import os
@@ -50,26 +53,76 @@ def cache_root() -> Path:
     return Path(base) / "fedmc-flwr" / "numba"
 
 
+def _stamp(path: Path) -> tuple[str, int, int]:
+    st = path.stat()
+    return str(path), st.st_mtime_ns, st.st_size
+
+
+def _package_file(module: str) -> Path | None:
+    """The source file of one of this package's modules, None for any other module (or a
+    name imported from a module, which is no module itself)."""
+    parts = module.split(".")
+    if parts[0] != _PACKAGE_DIR.name:
+        return None
+    base = _PACKAGE_DIR.parent.joinpath(*parts)
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
 @functools.cache
-def _digest(path: str, mtime_ns: int, size: int) -> str:
-    # mtime and size are part of the memo key only, so that a file rewritten while the
-    # process runs is hashed again; the digest itself depends on the content alone.
-    hasher = hashlib.sha256(Path(path).read_bytes())
+def _imports(stamp: tuple[str, int, int]) -> tuple[Path, ...]:
+    """The package's modules that a source file imports by absolute name."""
+    tree = ast.parse(Path(stamp[0]).read_bytes())
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names += [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+    return tuple(f for f in map(_package_file, names) if f is not None)
+
+
+def _sources(path: Path) -> list[Path]:
+    """`path` and the package's modules it imports, transitively, in a fixed order."""
+    found, todo = set(), [path.resolve()]
+    while todo:
+        file = todo.pop()
+        if file not in found:
+            found.add(file)
+            todo += [f.resolve() for f in _imports(_stamp(file))]
+    return sorted(found)
+
+
+@functools.cache
+def _digest_of(stamps: tuple[tuple[str, int, int], ...]) -> str:
+    # mtimes and sizes are part of the memo key only, so that a file rewritten while the
+    # process runs is hashed again; the digest depends on the names within the package
+    # and the contents alone.
+    hasher = hashlib.sha256()
+    for name, _, _ in stamps:
+        hasher.update(Path(name).relative_to(_PACKAGE_DIR).as_posix().encode() + b"\0")
+        hasher.update(Path(name).read_bytes())
     hasher.update(f"\0numba {numba.__version__}\0python {sys.version}".encode())
     return hasher.hexdigest()[:32]
 
 
+def _digest(path: str) -> str:
+    """The digest of a source file with the package's modules it imports."""
+    return _digest_of(tuple(_stamp(f) for f in _sources(Path(path))))
+
+
 class ContentKeyedLocator(_CacheLocator):
-    """Numba cache locator: `<cache root>/<digest of source + numba + Python>`.
+    """Numba cache locator: `<cache root>/<digest of sources + numba + Python>`.
 
     The digest is also the source stamp numba checks its index against, in place of the
     stamp of the file it was loaded from.
     """
 
     def __init__(self, py_func: Callable[..., object], py_file: str) -> None:
-        st = os.stat(py_file)
         self._lineno = py_func.__code__.co_firstlineno
-        self._stamp = _digest(py_file, st.st_mtime_ns, st.st_size)
+        self._stamp = _digest(py_file)
         self._cache_path = str(cache_root() / self._stamp)
 
     def get_cache_path(self) -> str:

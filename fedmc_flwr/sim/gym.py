@@ -7,7 +7,6 @@ The world is a continuing task: no state ends an episode, only the time limit tr
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -20,14 +19,12 @@ from gymnasium.vector.utils import batch_space
 
 from fedmc_flwr.config import ExperimentConfig, RewardWeights, WorldConfig, load_config
 from fedmc_flwr.sim import DEFAULT_EPISODE_STEPS
-from fedmc_flwr.sim.layout import GLOBAL_FEATURES, NODE_FEATURES, doc_table
+from fedmc_flwr.sim.layout import GLOBAL_FEATURES, MAX_BACKGROUND, NODE_FEATURES
 from fedmc_flwr.sim.signals import region_catalogue
 from fedmc_flwr.sim.world import METRIC_NAMES, MultiCloudSim
 
 _MAX_SEED = 2**63
 """World seeds drawn from the env's generator lie in [0, 2**63)."""
-_MAX_BACKGROUND = 0.95
-"""Other tenants never take more of a node than this (`kernel._background`)."""
 
 ConfigLike = str | Path | ExperimentConfig | None
 Region = int | str
@@ -66,7 +63,7 @@ def observation_space(sim: MultiCloudSim) -> spaces.Box:
     region = np.repeat(np.arange(sim.num_regions), sim.nodes_per_region)
     zero, one = np.zeros(sim.num_actions), np.ones(sim.num_actions)
     worst_delay = spec.rtt_s.max() + (spec.hard_capacity + 1) * spec.mean_service_s / (
-        spec.speed * (1.0 - _MAX_BACKGROUND)
+        spec.speed * (1.0 - MAX_BACKGROUND)
     )  # the hard capacity at the slowest moment, from the farthest ingress
     if spec.declared_size:  # a declared job may be of any size
         worst_delay = np.full(sim.num_actions, np.inf)
@@ -77,7 +74,7 @@ def observation_space(sim: MultiCloudSim) -> spaces.Box:
         # the daily cycles stay within mean * (1 +- swing)
         "price": (zero, (spec.price_mean * (1.0 + spec.price_swing))[region]),
         "carbon": (zero, (spec.carbon_mean * (1.0 + spec.carbon_swing))[region]),
-        "background": (zero, one * _MAX_BACKGROUND),
+        "background": (zero, one * MAX_BACKGROUND),
         "speed": (zero, spec.speed),
         "power": (zero, spec.power_w),
         "price_mult": (zero, spec.price_mult),
@@ -130,9 +127,31 @@ class MultiCloudEnv(gym.Env[np.ndarray, np.int64]):
     ## Observation Space
 
     `Box(float32)` of size `N * NODE_WIDTH + GLOBAL_WIDTH` (N nodes): one row per node
-    (node-major, numbered region by region), then the global features (`layout.py`):
+    (node-major, numbered region by region), then the global features (`layout.py`;
+    `layout.feature_list(bounds=True)` writes this list):
 
-    {observation_table}
+    - node.queue (jobs; 0 to hard capacity): jobs in the node's queue (incl. in service)
+    - node.up (flag; 0 to 1): 1 if the node is live, 0 during an outage
+    - node.expected_delay (s; 0 to full slowest node (none with declared sizes)): RTT from
+      the ingress + queue mean jobs and the waiting job (a mean job, or its declared size
+      with world.declared_size) at the node's effective speed (shortest expected delay's
+      estimate)
+    - node.price (USD/h; 0 to peak price): hourly price of a speed-1.0 node in the node's
+      region
+    - node.carbon (gCO2eq/kWh; 0 to peak carbon): grid carbon intensity of the node's region
+    - node.background (0..1; 0 to 0.95): share of the region's capacity used by other
+      tenants
+    - node.speed (x 1.0; 0 to fastest type): relative service speed of the node's instance
+      type (static)
+    - node.power (W; 0 to most powerful type): dynamic power of the node at full use
+      (static)
+    - node.price_mult (x 1.0; 0 to dearest type): the node's price over a speed-1.0 node's
+      (static)
+    - node.rtt (s; 0 to longest RTT): round-trip time from the ingress region to the node's
+      region (static)
+    - node.local (flag; 0 to 1): 1 if the node sits in the ingress region
+    - global.clock_sin (-1..1; -1 to 1): sin of the (compressed) time of day
+    - global.clock_cos (-1..1; -1 to 1): cos of the (compressed) time of day
 
     `MultiCloudSim.layout` gives each feature's place (`layout.node("queue")` is every
     node's queue). A region's peak price or carbon is its mean times one plus its daily
@@ -216,11 +235,6 @@ class MultiCloudEnv(gym.Env[np.ndarray, np.int64]):
         info["invalid_action"] = bool(result.invalid[0])
         info["refused"] = bool(result.refused[0])
         return result.obs[0], float(result.reward[0]), False, False, info
-
-
-MultiCloudEnv.__doc__ = MultiCloudEnv.__doc__.replace(
-    "    {observation_table}", textwrap.indent(doc_table(bounds=True), "    ")
-)
 
 
 class MultiCloudVectorEnv(VectorEnv):

@@ -55,6 +55,7 @@ from fedmc_flwr.sim.layout import (
     CLOCK_SIN,
     EXPECTED_DELAY,
     LOCAL,
+    MAX_BACKGROUND,
     NODE_WIDTH,
     POWER,
     PRICE,
@@ -325,7 +326,7 @@ def _declare(rng, b, statics, size):
 def _background(statics, r, s, c):
     day = _local_day(statics, r, s, c)
     share = statics.background_mean[r] * (1.0 + statics.background_swing[r] * day)
-    return min(max(share, 0.0), 0.95)
+    return min(max(share, 0.0), MAX_BACKGROUND)
 
 
 @njit(cache=True, inline="always")

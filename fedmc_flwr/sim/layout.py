@@ -11,14 +11,20 @@ vector is what Gymnasium and the flat MLP see; `ObsLayout.nodes` views it as a
 
 Changing this table changes the kernel's writes (`kernel._observe` indexes by the
 constants below), the Gymnasium bounds (`gym.observation_space` names one bound per
-feature) and the tables in the docstrings of `world.py` and `gym.MultiCloudEnv`.
+feature) and the lists in the docstrings of `world.py` and `gym.MultiCloudEnv`, which
+`feature_list` renders (`tests/test_gym.py` holds them in step).
 """
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 
 import numpy as np
+
+MAX_BACKGROUND = 0.95
+"""Other tenants never take more than this share of a node: the kernel caps their load at
+it, and it bounds the observation's `background` feature."""
 
 
 @dataclass(frozen=True)
@@ -73,7 +79,7 @@ NODE_FEATURES: tuple[Feature, ...] = (
         "share of the region's capacity used by other tenants",
         "0..1",
         "0",
-        "0.95",
+        str(MAX_BACKGROUND),
         True,
     ),
     Feature(
@@ -141,16 +147,16 @@ _GLOBAL_INDEX = {f.name: i for i, f in enumerate(GLOBAL_FEATURES)}
 CLOCK_SIN, CLOCK_COS = (_GLOBAL_INDEX[name] for name in ("clock_sin", "clock_cos"))
 
 
-def doc_table(bounds: bool = False) -> str:
-    """The layout as a markdown table (with the bounds' columns if asked), for docstrings."""
-    head = "| feature | meaning | unit |" + (" min | max |" if bounds else "")
-    rule = "|---|---|---|" + ("---|---|" if bounds else "")
-    rows = [head, rule]
+def feature_list(bounds: bool = False) -> str:
+    """The layout as the docstrings of `world.py` and `gym.MultiCloudEnv` write it out, one
+    entry per feature (with its bounds if asked), wrapped to 88 columns."""
+    lines = []
     for scope, features in (("node", NODE_FEATURES), ("global", GLOBAL_FEATURES)):
         for f in features:
-            row = f"| {scope}.{f.name} | {f.meaning} | {f.unit} |"
-            rows.append(row + (f" {f.low} | {f.high} |" if bounds else ""))
-    return "\n".join(rows)
+            extent = f"; {f.low} to {f.high}" if bounds else ""
+            entry = f"- {scope}.{f.name} ({f.unit}{extent}): {f.meaning}"
+            lines += textwrap.wrap(entry, 88, subsequent_indent="  ", break_on_hyphens=False)
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -172,11 +178,6 @@ class ObsLayout:
     @property
     def size(self) -> int:
         return self.num_nodes * NODE_WIDTH + GLOBAL_WIDTH
-
-    @property
-    def node_span(self) -> slice:
-        """The node rows, flat: `num_nodes * NODE_WIDTH` entries."""
-        return slice(0, self.num_nodes * NODE_WIDTH)
 
     def node(self, name: str) -> slice:
         """One node feature of every node, in node order (a strided slice of the vector)."""

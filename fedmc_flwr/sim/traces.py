@@ -374,9 +374,3 @@ def on_grid(times: np.ndarray, values: np.ndarray, step_s: float) -> np.ndarray:
     out = np.where(filled, sums / np.maximum(counts, 1), 0.0)
     last = np.maximum.accumulate(np.where(filled, np.arange(len(out)), 0))
     return out[last]  # hold the last value over a segment with no row of its own
-
-
-def job_counts(times: np.ndarray, step_s: float, segments: int) -> np.ndarray:
-    """Jobs arriving in each `step_s` segment of a log (its arrival rate times the step)."""
-    k = np.minimum(np.floor(times / step_s).astype(np.int64), segments - 1)
-    return np.bincount(k, minlength=segments).astype(np.float64)

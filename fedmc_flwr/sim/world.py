@@ -8,9 +8,24 @@ one node of the estate. The action is one integer over `regions * nodes_per_regi
 
 Observation (float32, `obs_dim = N * NODE_WIDTH + GLOBAL_WIDTH` for N nodes): one row per
 node, node-major and numbered region by region, then the global features. Defined once in
-`layout.py` (`MultiCloudSim.layout` gives each feature's place); the table is built there:
+`layout.py` (`MultiCloudSim.layout` gives each feature's place; `layout.feature_list`
+writes this list):
 
-{observation_table}
+- node.queue (jobs): jobs in the node's queue (incl. in service)
+- node.up (flag): 1 if the node is live, 0 during an outage
+- node.expected_delay (s): RTT from the ingress + queue mean jobs and the waiting job (a
+  mean job, or its declared size with world.declared_size) at the node's effective speed
+  (shortest expected delay's estimate)
+- node.price (USD/h): hourly price of a speed-1.0 node in the node's region
+- node.carbon (gCO2eq/kWh): grid carbon intensity of the node's region
+- node.background (0..1): share of the region's capacity used by other tenants
+- node.speed (x 1.0): relative service speed of the node's instance type (static)
+- node.power (W): dynamic power of the node at full use (static)
+- node.price_mult (x 1.0): the node's price over a speed-1.0 node's (static)
+- node.rtt (s): round-trip time from the ingress region to the node's region (static)
+- node.local (flag): 1 if the node sits in the ingress region
+- global.clock_sin (-1..1): sin of the (compressed) time of day
+- global.clock_cos (-1..1): cos of the (compressed) time of day
 
 Episodes. `reset(seeds, phases=None)` starts env b at `phases[b]` of the (compressed)
 day: its clock `t` starts at `phases[b] * diurnal_period_s`, and the sin/cos clock with it.
@@ -68,7 +83,7 @@ import numpy as np
 
 from fedmc_flwr.config import RewardWeights, WorldConfig
 from fedmc_flwr.sim import kernel
-from fedmc_flwr.sim.layout import ObsLayout, doc_table
+from fedmc_flwr.sim.layout import ObsLayout
 from fedmc_flwr.sim.signals import (
     BURST_EXIT,
     BURST_SHARE,
@@ -78,8 +93,6 @@ from fedmc_flwr.sim.signals import (
     build_spec,
 )
 from fedmc_flwr.sim.sources import Grid, SignalSource, TraceSignals
-
-__doc__ = __doc__.replace("{observation_table}", doc_table())
 
 METRIC_NAMES = kernel.METRIC_NAMES
 
