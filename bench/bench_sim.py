@@ -116,9 +116,14 @@ def sim_steps_per_second(
 
 @contextmanager
 def parallel_kernel_on_one_thread() -> Iterator[None]:
-    """Make one-thread sims call the parallel kernel (with numba held to one thread)."""
+    """Make one-thread sims call the parallel kernel, one share on numba held to one thread
+    (through a Python wrapper, a microsecond a call: it shows at B=1 only)."""
     serial = kernel.step_kernel
-    kernel.step_kernel = kernel.step_kernel_parallel
+
+    def one_share(actions, state, out, statics) -> None:
+        kernel.step_kernel_parallel(actions, state, out, statics, 1)
+
+    kernel.step_kernel = one_share
     numba.set_num_threads(1)
     try:
         yield

@@ -121,6 +121,7 @@ class ContentKeyedLocator(_CacheLocator):
     """
 
     def __init__(self, py_func: Callable[..., object], py_file: str) -> None:
+        self._py_file = py_file  # numba names it in its warning about an uncachable kernel
         self._lineno = py_func.__code__.co_firstlineno
         self._stamp = _digest(py_file)
         self._cache_path = str(cache_root() / self._stamp)

@@ -804,6 +804,18 @@ def _step_env(b, actions, state, out, statics):
 
 
 @njit(cache=True, _nrt=False)
+def _step_envs(first, stop, actions, state, out, statics):
+    """`_step_env` for envs `first` to `stop - 1`: the loop of both step kernels.
+
+    Compiled without numba's reference counting (`_nrt=False`, which numba's own parfor
+    bodies also run without): the loop allocates nothing, but with it every env's
+    iteration paid atomic increments and decrements for the arrays its inlined helpers
+    unpack and pass on, about 3x the cost of the env's own arithmetic."""
+    for b in range(first, stop):
+        _step_env(b, actions, state, out, statics)
+
+
+@njit(cache=True, _nrt=False)
 def step_kernel(actions, state, out, statics):
     """Dispatch every env's pending job to its action, then advance to the next job.
 
@@ -811,39 +823,38 @@ def step_kernel(actions, state, out, statics):
     mask go to `out.obs` and `out.mask`; `out.invalid[b]` and `out.refused[b]` say whether
     the job just dispatched had a masked action (it went to the worst valid node), or found
     no room anywhere (see the module docstring). One thread: on several threads the parallel
-    kernel's idle OpenMP workers spin after each call, which on a busy machine steals the
-    CPU from the learner's work between steps.
-
-    Compiled without numba's reference counting (`_nrt=False`, which numba's own parfor
-    bodies also run without): the kernel allocates nothing, but with it every env's
-    iteration paid atomic increments and decrements for the arrays its inlined helpers
-    unpack and pass on, which made this loop about 3x slower per env than the same body
-    under `prange` (bench/bench_sim.py's `parallel_1_thread` row). The two kernels give
-    the same worlds bit for bit.
+    kernel's idle workers spin after each call, which on a busy machine steals the CPU from
+    the learner's work between steps.
     """
-    for b in range(actions.shape[0]):
-        _step_env(b, actions, state, out, statics)
+    # np.int64(0), not 0: numba would type the literal as a signature of its own, and
+    # compile the loop twice, once for each kernel
+    _step_envs(np.int64(0), actions.shape[0], actions, state, out, statics)
 
 
 @njit(cache=True, parallel=True)
-def step_kernel_parallel(actions, state, out, statics):
+def step_kernel_parallel(actions, state, out, statics, shares):
     """`step_kernel` on `numba.set_num_threads` threads, for large batches.
 
-    Each env touches only its own rows, so the result is the same bit for bit on any
-    number of threads. The env index is passed on as int64: numba types a `prange` index
-    as int64 while typing the loop and as uint64 while lowering it, and `_step_env_call`
-    would otherwise be compiled for both, doubling the kernel's compile time.
+    The batch is cut into `shares` contiguous shares of envs (one per thread), and each
+    share runs the serial kernel's own loop (`_step_envs`, one call per share). The caller
+    gives the count: read inside, `numba.get_num_threads` would make the kernel
+    uncachable. Each env touches only its
+    own rows, so the result is the same bit for bit on any number of threads
+    (`tests/test_world.py` compares the kernels).
+
+    Why shares, not a `prange` over the envs: inlined into a `prange` body, some of the
+    env step's writes through the named tuples' fields were lost (numba 0.68.1), and
+    called once per env instead, the call with its reference counting cost more than the
+    env's own work, so two threads ran slower than one. The share's bounds are int64:
+    numba types a `prange` index as int64 while typing the loop and as uint64 while
+    lowering it, and `_step_envs` would otherwise be compiled for both.
     """
-    for b in prange(actions.shape[0]):
-        _step_env_call(np.int64(b), actions, state, out, statics)
-
-
-@njit(cache=True)
-def _step_env_call(b, actions, state, out, statics):
-    """`_step_env` as a call of its own. Inlined into a `prange` body, some of its writes
-    through the named tuples' fields were lost (numba 0.68.1), so the parallel kernel calls
-    it instead; the serial kernel inlines it. `tests/test_world.py` compares the two."""
-    _step_env(b, actions, state, out, statics)
+    envs = actions.shape[0]
+    shares = max(1, min(envs, shares))
+    for k in prange(shares):
+        first = np.int64(k) * envs // shares
+        stop = (np.int64(k) + 1) * envs // shares
+        _step_envs(first, stop, actions, state, out, statics)
 
 
 @njit(cache=True)

@@ -325,11 +325,11 @@ class MultiCloudSim:
             invalid=np.empty(self.num_envs, dtype=np.bool_),
             refused=np.empty(self.num_envs, dtype=np.bool_),
         )
-        step = kernel.step_kernel
         if self.threads > 1:
-            step = kernel.step_kernel_parallel
             self._use_threads()
-        step(actions, self.state, out, self._statics)
+            kernel.step_kernel_parallel(actions, self.state, out, self._statics, self.threads)
+        else:
+            kernel.step_kernel(actions, self.state, out, self._statics)
         self.state = self.state._replace(obs=out.obs, mask=out.mask)
         return out._replace(mask=out.mask.copy())  # the state keeps out.mask
 
