@@ -32,9 +32,13 @@ Pareto jobs, tiny queues that fall back and refuse, replayed signals), each step
 `StepOut` array, the dispatch costs, the restarts and the final state fed to one digest
 per world; it prints whether the two trees' worlds are equal bit for bit (exit code 1 if
 not). Then the speed: each round runs one subprocess per tree, in alternating order, which
-times the serial kernel (one thread) and the parallel kernel (`--threads`, 2 by default)
-on the same batch (small_demo, B=1024 by default). Machine noise then hits both trees
-alike; the table gives each tree's median over the rounds and their ratio, per kernel.
+times the serial kernel (one thread; by the wall clock, and per second of the stepping
+thread's CPU, which other processes inflate far less) and the parallel kernel
+(`--threads`, 2 by default) on the same batch (small_demo, B=1024 by default). Machine
+noise then hits both trees alike; the table gives each tree's median over the rounds and
+their ratio, per kernel, and the load average. A parallel figure means something only on
+a machine with `--threads` cores free: where other work keeps them busy, each step waits
+for a descheduled thread.
 
     python bench/bench_sim.py --against HEAD~1 [--rounds 7] [--batch 1024] [--threads 2]
 
@@ -55,7 +59,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -90,9 +94,16 @@ def _median_rate(run_once, reps: int) -> float:
 
 
 def sim_steps_per_second(
-    cfg: ExperimentConfig, envs: int, threads: int, reps: int, seconds: float
+    cfg: ExperimentConfig,
+    envs: int,
+    threads: int,
+    reps: int,
+    seconds: float,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> float:
-    """Median env steps per second of MultiCloudSim.step over a batch of `envs` worlds."""
+    """Median env steps per second of MultiCloudSim.step over a batch of `envs` worlds,
+    by `clock` (`time.thread_time`: per second of the stepping thread's CPU, which other
+    processes on a busy machine inflate far less than the wall clock; one thread only)."""
     sim = MultiCloudSim(cfg.world, cfg.reward, np.arange(envs) % cfg.world.regions, threads)
     _, mask = sim.reset(np.arange(envs))
     noise = np.random.default_rng(0).random((_NOISE_ROWS, envs, sim.num_actions))
@@ -106,9 +117,9 @@ def sim_steps_per_second(
         mask, elapsed = sim.mask, 0.0
         for k in range(calls):
             actions = np.where(mask, noise[k % _NOISE_ROWS], -1.0).argmax(axis=1)
-            start = time.perf_counter()
+            start = clock()
             mask = sim.step(actions).mask
-            elapsed += time.perf_counter() - start
+            elapsed += clock() - start
         return calls * envs, elapsed
 
     return _median_rate(run_once, reps)
@@ -288,6 +299,9 @@ def time_kernels(args: argparse.Namespace) -> dict[str, float]:
     `args.threads` threads, one batch of small_demo (a worker of `against`)."""
     cfg = load_config(args.config)
     rates = {"serial": sim_steps_per_second(cfg, args.batch, 1, args.reps, args.seconds)}
+    rates["serial_cpu"] = sim_steps_per_second(
+        cfg, args.batch, 1, args.reps, args.seconds, time.thread_time
+    )
     if args.threads > 1:
         rates["parallel"] = sim_steps_per_second(
             cfg, args.batch, args.threads, args.reps, args.seconds
@@ -316,7 +330,11 @@ def against(args: argparse.Namespace) -> int:
                 for kernel_name, rate in figures.items():
                     rates.setdefault((name, kernel_name), []).append(rate)
     medians = {key: statistics.median(r) for key, r in rates.items()}
-    kernels = {"serial": "serial, 1 thread", "parallel": f"parallel, {threads} threads"}
+    kernels = {
+        "serial": "serial, 1 thread",
+        "serial_cpu": "serial, per CPU-s",
+        "parallel": f"parallel, {threads} threads",
+    }
     kernels = {k: label for k, label in kernels.items() if ("this checkout", k) in medians}
     load_after = os.getloadavg()[0]
     print(f"\nMultiCloudSim.step, env steps/s, B={args.batch}, {args.config.name}, valid actions")
