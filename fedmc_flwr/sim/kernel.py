@@ -27,8 +27,10 @@ each to the valid node of shortest expected delay on the true state (RTT from th
 Every kernel takes three named tuples, laid out by `world.MultiCloudSim` and read by
 field name: `State` (what moves), `StepOut` (what a step writes besides) and `Statics`
 (the world's parameters, as gymnax's `EnvParams`: `statics.slo_s`, `statics.w_latency`,
-each region's `statics.price_mean[r]`). Numba compiles a named tuple as a plain tuple, so a
-name costs nothing at run time.
+each region's `statics.price_mean[r]`). What serving a job at a node comes to is an
+`Outcome` (latency, violation, cost, energy, carbon, sojourn), and `_weighted_cost` is the
+reward's one formula over it. Numba compiles a named tuple as a plain tuple, so a name
+costs nothing at run time.
 
 Trace-driven worlds (`sources.py`). A world whose rate, price or carbon follows a real
 series reads it piecewise constant, one value per trace step: env b is in trace second
