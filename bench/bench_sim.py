@@ -447,11 +447,11 @@ def main() -> None:
     trace_ratio = trace_best / one_thread
 
     print(f"MultiCloudSim.step, env steps/s (median of {args.reps}, warm, valid actions)")
-    header = f"{'world':<12}{'shape':>8}{'compiled':>17}{'threads':>9}"
+    header = f"{'world':<12}{'shape':>8}{'compiled':>19}{'threads':>9}"
     print(header + "".join(f"{f'B={b}':>14}" for b in BATCHES))
     for (name, variant, threads), rate in rates.items():
         cells = "".join(f"{rate[b]:>14,.0f}" for b in BATCHES)
-        print(f"{name:<12}{shape[name]:>8}{variant:>17}{threads:>9}{cells}")
+        print(f"{name:<12}{shape[name]:>8}{variant:>19}{threads:>9}{cells}")
     print(f"gymnasium.make single-env step() loop: {gym_rate:,.0f} steps/s")
     met = {True: "met", False: "MISSED"}
     print(
