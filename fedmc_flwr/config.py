@@ -81,6 +81,11 @@ class WorldConfig:
     """Mean share of node capacity taken by other tenants (varies by region and in time)."""
     heterogeneous: bool = True
     """Nodes have different instance types (speed, power, price); False makes them identical."""
+    node_speeds: list[float] = field(default_factory=list)
+    """Service speed of every node, region by region (regions x nodes_per_region numbers):
+    an estate of chosen speeds, such as the queueing systems whose best dispatcher is known
+    exactly (`sim/optimum.py`); power follows the instance types' line of power on speed.
+    Empty: the instance types that `heterogeneous` picks."""
     network: bool = True
     """Inter-region round-trip times apply; False puts every region next to every ingress."""
     time_varying: bool = True
@@ -670,6 +675,7 @@ def _check_ranges(cfg: DictConfig, source: str) -> None:
             "allowed without declarations; set world.declared_size: true (or the error to 0)"
         )
     _check_region_lists(cfg, source)
+    _check_node_speeds(cfg, source)
     _check_region_estates(cfg, source)
     _check_traces(cfg, source)
     _check_teacher(cfg, source)
@@ -713,6 +719,17 @@ def _check_region_lists(cfg: DictConfig, source: str) -> None:
             f"{source}: world.region_outage = {outage} is not allowed; expected a mean below "
             f"1 / world.outage_rate ({1 / cfg.world.outage_rate:.6g}), so that the chance per "
             "job that some node goes down stays below 1"
+        )
+
+
+def _check_node_speeds(cfg: DictConfig, source: str) -> None:
+    """Chosen speeds are empty or one positive finite speed per node of the estate."""
+    speeds = list(cfg.world.node_speeds)
+    nodes = cfg.world.regions * cfg.world.nodes_per_region
+    if speeds and (len(speeds) != nodes or not all(_positive(v) for v in speeds)):
+        raise ConfigError(
+            f"{source}: world.node_speeds = {speeds} is not allowed; expected {nodes} "
+            "numbers > 0 (one per node, region by region) or []"
         )
 
 
@@ -806,7 +823,7 @@ def _check_region_estates(cfg: DictConfig, source: str) -> None:
         )
     lists = [
         k
-        for k in ("region_load", "region_price", "region_carbon", "region_outage")
+        for k in ("region_load", "region_price", "region_carbon", "region_outage", "node_speeds")
         if list(cfg.world[k])
     ]
     if lists:

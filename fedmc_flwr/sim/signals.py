@@ -213,9 +213,13 @@ def build_spec(
     regions = region_catalogue(world.regions)
     trace = (source or FileSource()).signals(world, [r.name for r in regions])
     per_region = world.nodes_per_region
-    types = _node_types(regions, per_region, world.heterogeneous)
-    speed = INSTANCE_SPEEDS[types].astype(np.float64)
-    power = INSTANCE_POWER_W[types].astype(np.float64)
+    if world.node_speeds:  # chosen speeds, drawing power on the instance types' line
+        speed = np.array(world.node_speeds, dtype=np.float64)
+        power = np.polyval(np.polyfit(INSTANCE_SPEEDS, INSTANCE_POWER_W, 1), speed)
+    else:
+        types = _node_types(regions, per_region, world.heterogeneous)
+        speed = INSTANCE_SPEEDS[types].astype(np.float64)
+        power = INSTANCE_POWER_W[types].astype(np.float64)
     price_mult = speed.copy()  # price scales with speed: same cost per job at equal prices
     node_region = np.repeat(np.arange(world.regions), per_region)
 
