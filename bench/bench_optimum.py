@@ -1,0 +1,469 @@
+"""The learner against the exact optimum, on estates where the optimum is known.
+
+Jobs arrive as one Poisson stream and are dispatched on arrival to K exponential FCFS
+servers of different speeds. There the queue lengths are a Markov decision process, and
+`fedmc_flwr/sim/optimum.py` computes the dispatch policy of least mean response time
+exactly (relative value iteration on the chain truncated at N jobs a queue), and
+evaluates SED, JSQ and uniform random on the same chain. Mean response times are in units
+of the fastest server's mean service time. Two parts:
+
+1. The table (`--part table`): 2, 3 and 4 servers at speed ratios 2:1, 5:1 and 10:1
+   (two servers r:1; three and four as one fast server and the rest slow, r:1:1(:1), and
+   as geometric speeds from r down to 1) and loads 0.5, 0.7 and 0.9: the optimum and each
+   rule's gap to it. Every case is solved at N and at 2N jobs a queue; the table gives
+   the 2N values and the largest change of any of them between N and 2N. Uniform random
+   is the closed form of independent M/M/1 queues ("unstable" where a slow server gets
+   more than it can serve).
+2. The learner (`--part learner`), on each case of `LEARNER_CASES`, in `MultiCloudSim`
+   made that queueing system (conf/optimum.yaml at the case's speeds and load: one
+   region, Poisson arrivals, exponential sizes, no other tenants, network, outages or
+   daily cycles, a reward of latency alone, queues exactly as deep as the solver's 2N,
+   so the world is the solver's chain):
+   - first the world against the solver: SED, JSQ and the optimal policy (looked up from
+     the solver's table by the observed queue lengths) on the test worlds, each world
+     mean with its 95% interval beside the exact value;
+   - then the default learner (`PPOLearner`, the two-tier network, at conf/optimum.yaml's
+     settings) trains for the config's rounds, once for each entropy coefficient of
+     `--ent-coefs`; after each round its greedy policy is judged on the validation worlds
+     against the optimal policy (paired world by world), and the one closest to the
+     optimum there is judged on the test worlds: its mean response time, and its gap to
+     the optimum, SED and JSQ, each paired world by world. Why two coefficients: 0.1
+     keeps the slow server in play at 10:1, where at 0.01 the policy settles on the fast
+     server in the first rounds and never tries the slow one again; but its random
+     dispatches congest a loaded estate, where 0.01 learns. Why a ramp: the learner's
+     worlds start at lower loads (`--ramp`, the load of each first round, then the
+     case's): at 10:1 the learner's first, uniform policy sends the slow server five
+     times what it can serve, its queue runs to the cap, and the running normalisers and
+     the policy keep that start long after.
+
+Writes results/optimum/ (`--out`): summary.md (the tables, for docs/results.md),
+optimum.json (every figure) and provenance.json (command, commit, date). Prints the
+tables, the load average, then one JSON line. The whole default run takes about an hour
+on a quiet 2-core machine (the table's four-server cases most of it).
+
+    python bench/bench_optimum.py [--part all|table|learner] [--servers 2 3 4]
+        [--cases NAME ...] [--seed 0] [--ramp 0.15,0.4] [--ent-coefs 0.01,0.1]
+        [--out results/optimum]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedmc_flwr.analysis.statistics import Estimate, stratified_mean
+from fedmc_flwr.config import ExperimentConfig, load_config
+from fedmc_flwr.evaluation import evaluate
+from fedmc_flwr.policies.base import PolicyFactory
+from fedmc_flwr.policies.heuristics import DISPATCHERS
+from fedmc_flwr.policies.ppo import GreedyPolicy, PPOLearner
+from fedmc_flwr.results import record_provenance
+from fedmc_flwr.seeds import learner_seed
+from fedmc_flwr.sim.optimum import (
+    QueueingSystem,
+    TableDispatcher,
+    optimal,
+    split_response,
+)
+from fedmc_flwr.sim.optimum import evaluate as solve
+
+CONFIG = Path(__file__).resolve().parents[1] / "conf" / "optimum.yaml"
+RATIOS = (2.0, 5.0, 10.0)
+LOADS = (0.5, 0.7, 0.9)
+BASE_CAPS = {2: 40, 3: 20, 4: 12}
+"""N, jobs a queue, by number of servers: each case is solved at N and 2N."""
+TARGET_GAP = 0.02
+"""The learner's target: within 2% of the optimum's mean response time on each case."""
+RULE_NAMES = ("sed", "jsq")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One queueing system: its servers' speeds (fastest first) and its load."""
+
+    family: str
+    speeds: tuple[float, ...]
+    load: float
+
+    @property
+    def name(self) -> str:
+        ratio = self.speeds[0] / self.speeds[-1]
+        return f"{len(self.speeds)}x {self.family} {ratio:g}:1 @ {self.load:g}"
+
+    @property
+    def caps(self) -> int:
+        """The truncation the results are read at (2N)."""
+        return 2 * BASE_CAPS[len(self.speeds)]
+
+    def system(self, caps: int | None = None) -> QueueingSystem:
+        return QueueingSystem.at_load(self.speeds, self.load, caps or self.caps)
+
+    def in_fastest(self, mean_response: float) -> float:
+        """A mean response time in the solver's unit (speed 1) over the fastest server's
+        mean service time."""
+        return mean_response * max(self.speeds)
+
+
+def speeds_of(family: str, servers: int, ratio: float) -> tuple[float, ...]:
+    """'one fast': r, 1, 1, ...; 'geometric': r down to 1 in equal ratios."""
+    if family == "one fast":
+        return (ratio,) + (1.0,) * (servers - 1)
+    return tuple(float(ratio ** (k / (servers - 1))) for k in range(servers - 1, -1, -1))
+
+
+def table_cases(servers: list[int]) -> list[Case]:
+    families = {2: ("one fast",), 3: ("one fast", "geometric"), 4: ("one fast", "geometric")}
+    return [
+        Case(family, speeds_of(family, k, ratio), load)
+        for k in servers
+        for family in families[k]
+        for ratio in RATIOS
+        for load in LOADS
+    ]
+
+
+LEARNER_CASES = [
+    *(Case("one fast", speeds_of("one fast", 2, r), load) for r in RATIOS for load in LOADS),
+    *(Case("one fast", speeds_of("one fast", k, 10.0), 0.7) for k in (3, 4)),
+]
+"""Where the learner is judged: two servers at every ratio and load of the table, and
+three and four at 10:1 and load 0.7, where SED falls 19% and 28% behind the optimum."""
+
+
+# --- part 1: the solver's table ------------------------------------------------------------
+
+
+def solve_case(case: Case) -> dict:
+    """The optimum and each rule at N and 2N; the 2N figures and the largest change."""
+    start = time.perf_counter()
+    values = {}
+    for caps in (case.caps // 2, case.caps):
+        system = case.system(caps)
+        best = optimal(system)
+        values[caps] = {"optimal": best.mean_response} | {
+            rule: solve(system, rule).mean_response for rule in RULE_NAMES
+        }
+    half, full = values[case.caps // 2], values[case.caps]
+    change = max(abs(full[k] / half[k] - 1) for k in full)
+    system = case.system()
+    shares = [1.0 / len(case.speeds)] * len(case.speeds)
+    random = split_response(system.rates, shares, system.arrival_rate)
+    figures = {k: case.in_fastest(v) for k, v in full.items()} | {"random": case.in_fastest(random)}
+    optimum = figures["optimal"]
+    return {
+        "case": case.name,
+        "servers": len(case.speeds),
+        "family": case.family,
+        "speeds": [round(s, 4) for s in case.speeds],
+        "load": case.load,
+        "caps": [case.caps // 2, case.caps],
+        "mean_response": {k: _finite(v, 4) for k, v in figures.items()},
+        "gap": {k: _finite(v / optimum - 1, 5) for k, v in figures.items() if k != "optimal"},
+        "doubling_change": round(change, 6),
+        "seconds": round(time.perf_counter() - start, 1),
+    }
+
+
+def _finite(value: float, digits: int) -> float | None:
+    """A figure for the JSON: rounded, None where it is infinite (an unstable rule)."""
+    return round(value, digits) if np.isfinite(value) else None
+
+
+def _gap(value: float | None) -> str:
+    return "unstable" if value is None else f"{100 * value:+.2f}%"
+
+
+def table_markdown(rows: list[dict]) -> str:
+    lines = [
+        "| servers | speeds | load | optimum | SED | JSQ | random | N → 2N | change |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        t, g = row["mean_response"], row["gap"]
+        speeds = ":".join(f"{s:g}" for s in row["speeds"])
+        lines.append(
+            f"| {row['servers']} ({row['family']}) | {speeds} | {row['load']:g} | "
+            f"{t['optimal']:.3f} | {t['sed']:.3f} ({_gap(g['sed'])}) | "
+            f"{t['jsq']:.3f} ({_gap(g['jsq'])}) | "
+            + ("unstable" if t["random"] is None else f"{t['random']:.3f}")
+            + f" ({_gap(g['random'])}) | {row['caps'][0]} → {row['caps'][1]} | "
+            f"{100 * row['doubling_change']:.3f}% |"
+        )
+    return "\n".join(lines)
+
+
+def furthest(rows: list[dict]) -> str:
+    """Where SED falls furthest from the optimum, per number of servers."""
+    parts = []
+    for servers in sorted({row["servers"] for row in rows}):
+        mine = [row for row in rows if row["servers"] == servers]
+        worst = max(mine, key=lambda row: row["gap"]["sed"])
+        parts.append(f"{servers} servers: {worst['case']} ({_gap(worst['gap']['sed'])})")
+        if servers > 2:
+            wins = sum(
+                a["gap"]["sed"] >= b["gap"]["sed"]
+                for a in mine
+                if a["family"] == "one fast"
+                for b in mine
+                if b["family"] == "geometric"
+                and (b["speeds"][0], b["load"]) == (a["speeds"][0], a["load"])
+            )
+            parts[-1] += (
+                f"; one fast beats geometric for SED's gap in {wins} of {len(mine) // 2} cells"
+            )
+    return "SED falls furthest from the optimum at " + "; ".join(parts) + "."
+
+
+# --- part 2: the world and the learner -----------------------------------------------------
+
+
+def world_config(
+    case: Case, split: str, seeds: int, steps: int, overrides: Sequence[str] = ()
+) -> ExperimentConfig:
+    """conf/optimum.yaml made this case, queues as deep as the solver's truncation."""
+    return load_config(
+        CONFIG,
+        [
+            f"world.nodes_per_region={len(case.speeds)}",
+            f"world.node_speeds={list(case.speeds)}",
+            f"world.load={case.load}",
+            f"world.queue_capacity={case.caps}",
+            f"world.queue_threshold={case.caps - 1}",
+            f"eval.split={split}",
+            f"eval.seeds={seeds}",
+            f"eval.steps={steps}",
+            *overrides,
+        ],
+    )
+
+
+def world_times(cfg: ExperimentConfig, factory: PolicyFactory, case: Case) -> np.ndarray:
+    """Each held-out world's mean response time, in fastest-server service times."""
+    result = evaluate(factory, cfg, 0)
+    unit = cfg.world.mean_service_ms / max(case.speeds)
+    return result.per_seed["latency_ms"] / unit
+
+
+def _estimate(values: np.ndarray) -> Estimate:
+    return stratified_mean([values])
+
+
+def check_world(case: Case, cfg: ExperimentConfig, best_policy: np.ndarray, exact: dict) -> list:
+    """SED, JSQ and the optimal table in the world beside the solver's values."""
+    factories: dict[str, PolicyFactory] = {
+        "sed": DISPATCHERS["sed"],
+        "jsq": DISPATCHERS["jsq"],
+        "optimal": lambda sim: TableDispatcher(best_policy, sim.layout),
+    }
+    rows = []
+    for name, factory in factories.items():
+        values = world_times(cfg, factory, case)
+        estimate = _estimate(values)
+        rows.append(
+            {
+                "case": case.name,
+                "rule": name,
+                "world": round(estimate.mean, 4),
+                "world_ci95": round(estimate.half_width, 4),
+                "solver": round(exact[name], 4),
+                "within_ci": bool(abs(estimate.mean - exact[name]) <= estimate.half_width),
+                "per_world": values,
+            }
+        )
+    return rows
+
+
+@dataclass(frozen=True)
+class Trained:
+    """The learner's policy chosen on the validation worlds, and where it came from."""
+
+    policy: GreedyPolicy
+    ent_coef: float
+    round: int
+    validation_gap: float
+
+
+def train_learner(
+    case: Case, args: argparse.Namespace, judge: ExperimentConfig, best_policy: np.ndarray
+) -> tuple[Trained, list[dict], float, int]:
+    """Train the default learner on the case's worlds once per entropy coefficient of
+    `args.ent_coefs`; after each round judge its greedy policy against the optimal table
+    on the validation worlds (`judge`). Returns the policy closest to the optimum there,
+    every round's validation gap, the seconds of training and its environment steps."""
+    optimal_here = world_times(judge, lambda sim: TableDispatcher(best_policy, sim.layout), case)
+    chosen, history, train_s, steps = None, [], 0.0, 0
+    for ent_coef in args.ent_coefs:
+        cfg = world_config(
+            case, "validation", judge.eval.seeds, judge.eval.steps, [f"ppo.ent_coef={ent_coef}"]
+        )
+        learner = PPOLearner(cfg, [0], learner_seed(args.seed))
+        rate = learner.sim.spec.arrival_rate.copy()
+        for k in range(cfg.train.rounds):
+            load = args.ramp[k] if k < len(args.ramp) else case.load
+            learner.sim.replay_signals(arrival_rate=rate * load / case.load)
+            start = time.perf_counter()
+            steps += int(learner.train_round(cfg.train.steps_per_round)["env_steps"])
+            train_s += time.perf_counter() - start
+            policy = learner.policy()
+            gap = _estimate(world_times(judge, lambda sim, p=policy: p, case) - optimal_here)
+            relative = gap.mean / optimal_here.mean()
+            history.append(
+                {"ent_coef": ent_coef, "round": k + 1, "load": load, "gap": round(relative, 5)}
+            )
+            print(
+                f"  {case.name}, ent_coef {ent_coef:g}, round {k + 1} at load {load:g}: "
+                f"{100 * relative:+.2f}% on validation",
+                flush=True,
+            )
+            if chosen is None or relative < chosen.validation_gap:
+                chosen = Trained(policy, ent_coef, k + 1, relative)
+    return chosen, history, train_s, steps
+
+
+def judge_learner(case: Case, args: argparse.Namespace) -> tuple[list, dict]:
+    """The world check, then the learner on the test worlds against the optimum, SED, JSQ."""
+    system = case.system()
+    best = optimal(system)
+    exact = {"optimal": best.mean_response} | {
+        r: solve(system, r).mean_response for r in RULE_NAMES
+    }
+    exact = {k: case.in_fastest(v) for k, v in exact.items()}
+    test = world_config(case, "test", args.test_worlds, args.test_jobs)
+    checks = check_world(case, test, best.policy, exact)
+    judge = world_config(case, "validation", args.validation_worlds, args.validation_jobs)
+    chosen, history, train_s, steps = train_learner(case, args, judge, best.policy)
+    learner = world_times(test, lambda sim: chosen.policy, case)
+    per_world = {row["rule"]: row["per_world"] for row in checks}
+    paired = {name: _estimate(learner - per_world[name]) for name in ("optimal", "sed", "jsq")}
+    gap = paired["optimal"].mean / exact["optimal"]
+    level = _estimate(learner)
+    row = {
+        "case": case.name,
+        "speeds": list(case.speeds),
+        "load": case.load,
+        "optimal": round(exact["optimal"], 4),
+        "sed": round(exact["sed"], 4),
+        "jsq": round(exact["jsq"], 4),
+        "learner": round(level.mean, 4),
+        "learner_ci95": round(level.half_width, 4),
+        "gap_to_optimal": round(gap, 5),
+        "gap_to_optimal_ci95": round(paired["optimal"].half_width / exact["optimal"], 5),
+        "minus_sed": round(paired["sed"].mean, 4),
+        "minus_sed_ci95": round(paired["sed"].half_width, 4),
+        "minus_jsq": round(paired["jsq"].mean, 4),
+        "minus_jsq_ci95": round(paired["jsq"].half_width, 4),
+        "sed_gap": round(exact["sed"] / exact["optimal"] - 1, 5),
+        "ent_coef": chosen.ent_coef,
+        "round_chosen": chosen.round,
+        "validation_gap": round(chosen.validation_gap, 5),
+        "rounds": history,
+        "train_s": round(train_s, 1),
+        "env_steps": steps,
+        "within_target": bool(gap <= TARGET_GAP),
+    }
+    for check in checks:
+        check.pop("per_world")
+    return checks, row
+
+
+def world_markdown(checks: list[dict]) -> str:
+    lines = ["| case | rule | world (95% CI) | solver | within the CI |", "|---|---|---|---|---|"]
+    for c in checks:
+        lines.append(
+            f"| {c['case']} | {c['rule']} | {c['world']:.3f} ± {c['world_ci95']:.3f} | "
+            f"{c['solver']:.3f} | {'yes' if c['within_ci'] else 'no'} |"
+        )
+    return "\n".join(lines)
+
+
+def learner_markdown(rows: list[dict]) -> str:
+    lines = [
+        "| case | optimum | SED | JSQ | learner (95% CI) | learner − optimum | "
+        "learner − SED | learner − JSQ | ent_coef, round | train s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['case']} | {r['optimal']:.3f} | {r['sed']:.3f} ({_gap(r['sed_gap'])}) | "
+            f"{r['jsq']:.3f} | {r['learner']:.3f} ± {r['learner_ci95']:.3f} | "
+            f"{100 * r['gap_to_optimal']:+.2f}% ± {100 * r['gap_to_optimal_ci95']:.2f}% | "
+            f"{r['minus_sed']:+.3f} ± {r['minus_sed_ci95']:.3f} | "
+            f"{r['minus_jsq']:+.3f} ± {r['minus_jsq_ci95']:.3f} | "
+            f"{r['ent_coef']:g}, {r['round_chosen']} | {r['train_s']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--part", choices=("all", "table", "learner"), default="all")
+    parser.add_argument("--servers", type=int, nargs="+", default=[2, 3, 4], choices=[2, 3, 4])
+    parser.add_argument("--cases", nargs="*", default=None, help="learner cases by name")
+    parser.add_argument("--seed", type=int, default=0, help="the learner's training seed")
+    parser.add_argument("--ramp", type=_floats, default=[0.15, 0.4])
+    parser.add_argument("--ent-coefs", type=_floats, default=[0.01, 0.1])
+    parser.add_argument("--test-worlds", type=int, default=20)
+    parser.add_argument("--test-jobs", type=int, default=20_000)
+    parser.add_argument("--validation-worlds", type=int, default=10)
+    parser.add_argument("--validation-jobs", type=int, default=10_000)
+    parser.add_argument("--out", type=Path, default=Path("results/optimum"))
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    record_provenance(args.out, " ".join(["python", *sys.argv]))
+    sections = ["Mean response times in units of the fastest server's mean service time."]
+    table, checks, learners = [], [], []
+    if args.part in ("all", "table"):
+        for case in table_cases(args.servers):
+            table.append(solve_case(case))
+            print(f"solved {case.name} in {table[-1]['seconds']:.0f} s", flush=True)
+        sections += [
+            "## The optimum against SED, JSQ and random",
+            table_markdown(table),
+            furthest(table),
+        ]
+    if args.part in ("all", "learner"):
+        cases = [c for c in LEARNER_CASES if args.cases is None or c.name in args.cases]
+        for case in cases:
+            case_checks, row = judge_learner(case, args)
+            checks += case_checks
+            learners.append(row)
+        sections += ["## The world against the solver", world_markdown(checks)]
+        sections += ["## The learner against the optimum", learner_markdown(learners)]
+    load = os.getloadavg()[0]
+    elapsed = time.perf_counter() - start
+    sections.append(f"Run time {elapsed / 60:.0f} min; load average {load:.2f}.")
+    summary = "\n\n".join(sections) + "\n"
+    print(summary)
+    met = bool(learners) and all(row["within_target"] for row in learners)
+    figures = {
+        "bench": "optimum",
+        "target_met": met,
+        "target_gap": TARGET_GAP,
+        "table": table,
+        "world_check": checks,
+        "learners": learners,
+        "seconds": round(elapsed, 1),
+        "load_avg_1min": round(load, 2),
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "summary.md").write_text(summary)
+    (args.out / "optimum.json").write_text(json.dumps(figures, indent=1) + "\n")
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
