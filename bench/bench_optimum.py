@@ -36,9 +36,10 @@ of the fastest server's mean service time. Two parts:
      times what it can serve, its queue runs to the cap, and the running normalisers and
      the policy keep that start long after.
 
-Writes results/optimum/ (`--out`): summary.md (the tables, for docs/results.md),
-optimum.json (every figure) and provenance.json (command, commit, date). Prints the
-tables, the load average, then one JSON line. The whole default run takes about an hour
+Each part writes its own folder of results/optimum/ (`--out`), `table/` and `learner/`:
+summary.md (its tables, for docs/results.md), figures.json (every figure) and
+provenance.json (command, commit, date). Prints the tables, the load average, then one
+JSON line. The whole default run takes about an hour
 on a quiet 2-core machine (the table's four-server cases most of it).
 
     python bench/bench_optimum.py [--part all|table|learner] [--servers 2 3 4]
@@ -182,6 +183,10 @@ def _gap(value: float | None) -> str:
     return "unstable" if value is None else f"{100 * value:+.2f}%"
 
 
+def _with_gap(value: float | None, gap: float | None) -> str:
+    return "unstable" if value is None else f"{value:.3f} ({_gap(gap)})"
+
+
 def table_markdown(rows: list[dict]) -> str:
     lines = [
         "| servers | speeds | load | optimum | SED | JSQ | random | N → 2N | change |",
@@ -189,16 +194,19 @@ def table_markdown(rows: list[dict]) -> str:
     ]
     for row in rows:
         t, g = row["mean_response"], row["gap"]
-        speeds = ":".join(f"{s:g}" for s in row["speeds"])
+        speeds = ":".join(f"{s:.3g}" for s in row["speeds"])
         lines.append(
             f"| {row['servers']} ({row['family']}) | {speeds} | {row['load']:g} | "
-            f"{t['optimal']:.3f} | {t['sed']:.3f} ({_gap(g['sed'])}) | "
-            f"{t['jsq']:.3f} ({_gap(g['jsq'])}) | "
-            + ("unstable" if t["random"] is None else f"{t['random']:.3f}")
-            + f" ({_gap(g['random'])}) | {row['caps'][0]} → {row['caps'][1]} | "
-            f"{100 * row['doubling_change']:.3f}% |"
+            f"{t['optimal']:.3f} | {_with_gap(t['sed'], g['sed'])} | "
+            f"{_with_gap(t['jsq'], g['jsq'])} | {_with_gap(t['random'], g['random'])} | "
+            f"{row['caps'][0]} → {row['caps'][1]} | {100 * row['doubling_change']:.3f}% |"
         )
-    return "\n".join(lines)
+    notes = (
+        "Figures at 2N jobs a queue; change: the largest change of any figure between N "
+        "and 2N. Random is uniform, as `fedmc baselines` has it: unstable where a slow "
+        "server gets more than it can serve."
+    )
+    return "\n".join(lines) + "\n\n" + notes
 
 
 def furthest(rows: list[dict]) -> str:
@@ -407,6 +415,51 @@ def _floats(text: str) -> list[float]:
     return [float(x) for x in text.split(",") if x]
 
 
+UNITS = "Mean response times in units of the fastest server's mean service time."
+
+
+def run_table(args: argparse.Namespace) -> tuple[list[str], dict]:
+    """Part 1: the markdown sections and the figures."""
+    rows = []
+    for case in table_cases(args.servers):
+        rows.append(solve_case(case))
+        print(f"solved {case.name} in {rows[-1]['seconds']:.0f} s", flush=True)
+    sections = ["## The optimum against SED, JSQ and random", table_markdown(rows), furthest(rows)]
+    return sections, {"cases": rows}
+
+
+def run_learner(args: argparse.Namespace) -> tuple[list[str], dict]:
+    """Part 2: the markdown sections and the figures."""
+    checks, learners = [], []
+    for case in [c for c in LEARNER_CASES if args.cases is None or c.name in args.cases]:
+        case_checks, row = judge_learner(case, args)
+        checks += case_checks
+        learners.append(row)
+    sections = ["## The world against the solver", world_markdown(checks)]
+    sections += ["## The learner against the optimum", learner_markdown(learners)]
+    met = bool(learners) and all(row["within_target"] for row in learners)
+    return sections, {
+        "target_met": met,
+        "target_gap": TARGET_GAP,
+        "world_check": checks,
+        "learners": learners,
+    }
+
+
+def write_part(out: Path, sections: list[str], figures: dict, started: float) -> dict:
+    """One part's summary.md and figures.json under `out` (provenance.json is there
+    already); the figures with the run time and load average."""
+    load = os.getloadavg()[0]
+    elapsed = time.perf_counter() - started
+    figures = figures | {"seconds": round(elapsed, 1), "load_avg_1min": round(load, 2)}
+    tail = f"Run time {elapsed / 60:.0f} min; load average {load:.2f}."
+    summary = "\n\n".join([UNITS, *sections, tail]) + "\n"
+    print(summary)
+    (out / "summary.md").write_text(summary)
+    (out / "figures.json").write_text(json.dumps(figures, indent=1) + "\n")
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--part", choices=("all", "table", "learner"), default="all")
@@ -422,46 +475,15 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("results/optimum"))
     args = parser.parse_args()
     torch.set_num_threads(1)
-    start = time.perf_counter()
-    record_provenance(args.out, " ".join(["python", *sys.argv]))
-    sections = ["Mean response times in units of the fastest server's mean service time."]
-    table, checks, learners = [], [], []
-    if args.part in ("all", "table"):
-        for case in table_cases(args.servers):
-            table.append(solve_case(case))
-            print(f"solved {case.name} in {table[-1]['seconds']:.0f} s", flush=True)
-        sections += [
-            "## The optimum against SED, JSQ and random",
-            table_markdown(table),
-            furthest(table),
-        ]
-    if args.part in ("all", "learner"):
-        cases = [c for c in LEARNER_CASES if args.cases is None or c.name in args.cases]
-        for case in cases:
-            case_checks, row = judge_learner(case, args)
-            checks += case_checks
-            learners.append(row)
-        sections += ["## The world against the solver", world_markdown(checks)]
-        sections += ["## The learner against the optimum", learner_markdown(learners)]
-    load = os.getloadavg()[0]
-    elapsed = time.perf_counter() - start
-    sections.append(f"Run time {elapsed / 60:.0f} min; load average {load:.2f}.")
-    summary = "\n\n".join(sections) + "\n"
-    print(summary)
-    met = bool(learners) and all(row["within_target"] for row in learners)
-    figures = {
-        "bench": "optimum",
-        "target_met": met,
-        "target_gap": TARGET_GAP,
-        "table": table,
-        "world_check": checks,
-        "learners": learners,
-        "seconds": round(elapsed, 1),
-        "load_avg_1min": round(load, 2),
-    }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "summary.md").write_text(summary)
-    (args.out / "optimum.json").write_text(json.dumps(figures, indent=1) + "\n")
+    command = " ".join(["python", *sys.argv])
+    figures: dict = {"bench": "optimum"}
+    for part, run in (("table", run_table), ("learner", run_learner)):
+        if args.part not in ("all", part):
+            continue
+        started = time.perf_counter()
+        record_provenance(args.out / part, command)
+        sections, found = run(args)
+        figures[part] = write_part(args.out / part, sections, found, started)
     print(json.dumps(figures))
 
 
