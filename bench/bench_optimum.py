@@ -393,22 +393,42 @@ def world_markdown(checks: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _last_rounds(history: list[dict]) -> str:
+    """Each coefficient's last round on the validation worlds: where training at the
+    case's load ends up, beside the round chosen."""
+    last = {row["ent_coef"]: row["gap"] for row in history}
+    return ", ".join(f"{100 * gap:+.1f}% ({ent:g})" for ent, gap in last.items())
+
+
 def learner_markdown(rows: list[dict]) -> str:
     lines = [
         "| case | optimum | SED | JSQ | learner (95% CI) | learner − optimum | "
-        "learner − SED | learner − JSQ | ent_coef, round | train s |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "learner − SED | learner − JSQ | chosen: ent_coef, round (its load) | "
+        "last rounds on validation | train s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        load = next(
+            h["load"]
+            for h in r["rounds"]
+            if (h["ent_coef"], h["round"]) == (r["ent_coef"], r["round_chosen"])
+        )
         lines.append(
             f"| {r['case']} | {r['optimal']:.3f} | {r['sed']:.3f} ({_gap(r['sed_gap'])}) | "
             f"{r['jsq']:.3f} | {r['learner']:.3f} ± {r['learner_ci95']:.3f} | "
             f"{100 * r['gap_to_optimal']:+.2f}% ± {100 * r['gap_to_optimal_ci95']:.2f}% | "
             f"{r['minus_sed']:+.3f} ± {r['minus_sed_ci95']:.3f} | "
             f"{r['minus_jsq']:+.3f} ± {r['minus_jsq_ci95']:.3f} | "
-            f"{r['ent_coef']:g}, {r['round_chosen']} | {r['train_s']:.0f} |"
+            f"{r['ent_coef']:g}, {r['round_chosen']} ({load:g}) | "
+            f"{_last_rounds(r['rounds'])} | {r['train_s']:.0f} |"
         )
-    return "\n".join(lines)
+    notes = (
+        "learner − optimum: paired world by world with the optimal policy run in the same "
+        "test worlds, over the optimum's exact value. The round chosen is the one closest "
+        "to the optimum on the validation worlds, over both entropy coefficients and every "
+        "round, the ramp's included."
+    )
+    return "\n".join(lines) + "\n\n" + notes
 
 
 def _floats(text: str) -> list[float]:
