@@ -22,19 +22,13 @@ of the fastest server's mean service time. Two parts:
    - first the world against the solver: SED, JSQ and the optimal policy (looked up from
      the solver's table by the observed queue lengths) on the test worlds, each world
      mean with its 95% interval beside the exact value;
-   - then the default learner (`PPOLearner`, the two-tier network, at conf/optimum.yaml's
-     settings) trains for the config's rounds, once for each entropy coefficient of
-     `--ent-coefs`; after each round its greedy policy is judged on the validation worlds
-     against the optimal policy (paired world by world), and the one closest to the
-     optimum there is judged on the test worlds: its mean response time, and its gap to
-     the optimum, SED and JSQ, each paired world by world. Why two coefficients: 0.1
-     keeps the slow server in play at 10:1, where at 0.01 the policy settles on the fast
-     server in the first rounds and never tries the slow one again; but its random
-     dispatches congest a loaded estate, where 0.01 learns. Why a ramp: the learner's
-     worlds start at lower loads (`--ramp`, the load of each first round, then the
-     case's): at 10:1 the learner's first, uniform policy sends the slow server five
-     times what it can serve, its queue runs to the cap, and the running normalisers and
-     the policy keep that start long after.
+   - then the default learner (`PPOLearner`, the two-tier network) trains at
+     conf/optimum.yaml's settings: it imitates SED for the first steps of its first
+     round, and its critic reads the world's hidden state (the actor, which would be
+     deployed, reads the observation alone). After each round its greedy policy is judged
+     on the validation worlds against the optimal policy (paired world by world), and
+     the round closest to the optimum there is judged on the test worlds: its mean
+     response time, and its gap to the optimum, SED and JSQ, each paired world by world.
 
 Each part writes its own folder of results/optimum/ (`--out`), `table/` and `learner/`:
 summary.md (its tables, for docs/results.md), figures.json (every figure) and
@@ -43,7 +37,7 @@ JSON line. The whole default run takes about an hour
 on a quiet 2-core machine (the table's four-server cases most of it).
 
     python bench/bench_optimum.py [--part all|table|learner] [--servers 2 3 4]
-        [--cases NAME ...] [--seed 0] [--ramp 0.15,0.4] [--ent-coefs 0.01,0.1]
+        [--cases NAME ...] [--seed 0]
         [--out results/optimum]
 """
 
@@ -295,7 +289,6 @@ class Trained:
     """The learner's policy chosen on the validation worlds, and where it came from."""
 
     policy: GreedyPolicy
-    ent_coef: float
     round: int
     validation_gap: float
 
@@ -303,37 +296,26 @@ class Trained:
 def train_learner(
     case: Case, args: argparse.Namespace, judge: ExperimentConfig, best_policy: np.ndarray
 ) -> tuple[Trained, list[dict], float, int]:
-    """Train the default learner on the case's worlds once per entropy coefficient of
-    `args.ent_coefs`; after each round judge its greedy policy against the optimal table
-    on the validation worlds (`judge`). Returns the policy closest to the optimum there,
-    every round's validation gap, the seconds of training and its environment steps."""
+    """Train the default learner on the case's worlds at conf/optimum.yaml's settings;
+    after each round judge its greedy policy against the optimal table on the validation
+    worlds (`judge`). Returns the policy closest to the optimum there, every round's
+    validation gap, the seconds of training and its environment steps."""
     optimal_here = world_times(judge, lambda sim: TableDispatcher(best_policy, sim.layout), case)
+    cfg = world_config(case, "validation", judge.eval.seeds, judge.eval.steps)
+    learner = PPOLearner(cfg, [0], learner_seed(args.seed))
     chosen, history, train_s, steps = None, [], 0.0, 0
-    for ent_coef in args.ent_coefs:
-        cfg = world_config(
-            case, "validation", judge.eval.seeds, judge.eval.steps, [f"ppo.ent_coef={ent_coef}"]
-        )
-        learner = PPOLearner(cfg, [0], learner_seed(args.seed))
-        rate = learner.sim.spec.arrival_rate.copy()
-        for k in range(cfg.train.rounds):
-            load = args.ramp[k] if k < len(args.ramp) else case.load
-            learner.sim.replay_signals(arrival_rate=rate * load / case.load)
-            start = time.perf_counter()
-            steps += int(learner.train_round(cfg.train.steps_per_round)["env_steps"])
-            train_s += time.perf_counter() - start
-            policy = learner.policy()
-            gap = _estimate(world_times(judge, lambda sim, p=policy: p, case) - optimal_here)
-            relative = gap.mean / optimal_here.mean()
-            history.append(
-                {"ent_coef": ent_coef, "round": k + 1, "load": load, "gap": round(relative, 5)}
-            )
-            print(
-                f"  {case.name}, ent_coef {ent_coef:g}, round {k + 1} at load {load:g}: "
-                f"{100 * relative:+.2f}% on validation",
-                flush=True,
-            )
-            if chosen is None or relative < chosen.validation_gap:
-                chosen = Trained(policy, ent_coef, k + 1, relative)
+    for k in range(cfg.train.rounds):
+        start = time.perf_counter()
+        stats = learner.train_round(cfg.train.steps_per_round, imitate=k == 0)
+        train_s += time.perf_counter() - start
+        steps += int(stats["env_steps"])
+        policy = learner.policy()
+        gap = _estimate(world_times(judge, lambda sim, p=policy: p, case) - optimal_here)
+        relative = gap.mean / optimal_here.mean()
+        history.append({"round": k + 1, "gap": round(relative, 5)})
+        print(f"  {case.name}, round {k + 1}: {100 * relative:+.2f}% on validation", flush=True)
+        if chosen is None or relative < chosen.validation_gap:
+            chosen = Trained(policy, k + 1, relative)
     return chosen, history, train_s, steps
 
 
@@ -370,7 +352,6 @@ def judge_learner(case: Case, args: argparse.Namespace) -> tuple[list, dict]:
         "minus_jsq": round(paired["jsq"].mean, 4),
         "minus_jsq_ci95": round(paired["jsq"].half_width, 4),
         "sed_gap": round(exact["sed"] / exact["optimal"] - 1, 5),
-        "ent_coef": chosen.ent_coef,
         "round_chosen": chosen.round,
         "validation_gap": round(chosen.validation_gap, 5),
         "rounds": history,
@@ -393,46 +374,30 @@ def world_markdown(checks: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _last_rounds(history: list[dict]) -> str:
-    """Each coefficient's last round on the validation worlds: where training at the
-    case's load ends up, beside the round chosen."""
-    last = {row["ent_coef"]: row["gap"] for row in history}
-    return ", ".join(f"{100 * gap:+.1f}% ({ent:g})" for ent, gap in last.items())
-
-
 def learner_markdown(rows: list[dict]) -> str:
     lines = [
         "| case | optimum | SED | JSQ | learner (95% CI) | learner − optimum | "
-        "learner − SED | learner − JSQ | chosen: ent_coef, round (its load) | "
-        "last rounds on validation | train s |",
+        "learner − SED | learner − JSQ | round chosen (validation) | last round "
+        "(validation) | train s |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        load = next(
-            h["load"]
-            for h in r["rounds"]
-            if (h["ent_coef"], h["round"]) == (r["ent_coef"], r["round_chosen"])
-        )
         lines.append(
             f"| {r['case']} | {r['optimal']:.3f} | {r['sed']:.3f} ({_gap(r['sed_gap'])}) | "
             f"{r['jsq']:.3f} | {r['learner']:.3f} ± {r['learner_ci95']:.3f} | "
             f"{100 * r['gap_to_optimal']:+.2f}% ± {100 * r['gap_to_optimal_ci95']:.2f}% | "
             f"{r['minus_sed']:+.3f} ± {r['minus_sed_ci95']:.3f} | "
             f"{r['minus_jsq']:+.3f} ± {r['minus_jsq_ci95']:.3f} | "
-            f"{r['ent_coef']:g}, {r['round_chosen']} ({load:g}) | "
-            f"{_last_rounds(r['rounds'])} | {r['train_s']:.0f} |"
+            f"{r['round_chosen']} ({100 * r['validation_gap']:+.2f}%) | "
+            f"{len(r['rounds'])} ({100 * r['rounds'][-1]['gap']:+.2f}%) | {r['train_s']:.0f} |"
         )
     notes = (
         "learner − optimum: paired world by world with the optimal policy run in the same "
         "test worlds, over the optimum's exact value. The round chosen is the one closest "
-        "to the optimum on the validation worlds, over both entropy coefficients and every "
-        "round, the ramp's included."
+        "to the optimum on the validation worlds; the last round's gap there says where "
+        "training ends."
     )
     return "\n".join(lines) + "\n\n" + notes
-
-
-def _floats(text: str) -> list[float]:
-    return [float(x) for x in text.split(",") if x]
 
 
 UNITS = "Mean response times in units of the fastest server's mean service time."
@@ -486,8 +451,6 @@ def main() -> None:
     parser.add_argument("--servers", type=int, nargs="+", default=[2, 3, 4], choices=[2, 3, 4])
     parser.add_argument("--cases", nargs="*", default=None, help="learner cases by name")
     parser.add_argument("--seed", type=int, default=0, help="the learner's training seed")
-    parser.add_argument("--ramp", type=_floats, default=[0.15, 0.4])
-    parser.add_argument("--ent-coefs", type=_floats, default=[0.01, 0.1])
     parser.add_argument("--test-worlds", type=int, default=20)
     parser.add_argument("--test-jobs", type=int, default=20_000)
     parser.add_argument("--validation-worlds", type=int, default=10)

@@ -109,7 +109,8 @@ def test_the_world_gives_the_solvers_mean_response_times() -> None:
 @pytest.mark.slow
 def test_the_default_learner_comes_within_two_percent_of_the_optimum() -> None:
     """Two servers at 2:1 and load 0.5, where SED is 2.8% above the optimum: the default
-    learner (the two-tier network), trained for two short rounds, comes within 2% of the
+    learner (the two-tier network, at conf/optimum.yaml's settings: SED imitated first,
+    a critic that reads the hidden state), trained for two short rounds, comes within 2% of the
     optimum's mean response time on the test worlds (paired world by world with the
     optimal policy run in the same worlds) and beats SED there."""
     speeds, load, cap = [2.0, 1.0], 0.5, 40
@@ -127,8 +128,8 @@ def test_the_default_learner_comes_within_two_percent_of_the_optimum() -> None:
     system = QueueingSystem.at_load(speeds, load, cap)
     best = optimal(system)
     learner = PPOLearner(cfg, [0], learner_seed(cfg.seed))
-    for _ in range(cfg.train.rounds):
-        learner.train_round(cfg.train.steps_per_round)
+    for k in range(cfg.train.rounds):
+        learner.train_round(cfg.train.steps_per_round, imitate=k == 0)
     policy = learner.policy()
     learned = _response_times(cfg, lambda sim: policy)
     optimum = _response_times(cfg, lambda sim: TableDispatcher(best.policy, sim.layout))
