@@ -59,3 +59,21 @@ def test_the_readme_block_is_replaced_and_the_rest_kept(tmp_path: Path) -> None:
     readme.write_text("# no markers\n")
     with pytest.raises(InputError, match="no headline block"):
         update_readme(readme, sweeps)
+
+
+def test_the_optimum_section_holds_each_measured_part_and_names_the_missing(
+    tmp_path: Path,
+) -> None:
+    sweeps, results, optimum = tmp_path / "sweeps", tmp_path / "results", tmp_path / "optimum"
+    sweeps.mkdir()
+    sweep_file(sweeps, "default", results)
+    (optimum / "table").mkdir(parents=True)
+    (optimum / "table" / "summary.md").write_text("| servers | optimum |\n|---|---|\n| 2 | 1.1 |\n")
+    record_provenance(optimum / "table", "python bench/bench_optimum.py --part table")
+    out = write_results(["default"], tmp_path / "r.md", sweeps, federating=[], optimum_dir=optimum)
+    text = out.read_text().split("## The optimum where one exists")[1]
+    table, learner = text.split("### The default learner")
+    assert (
+        "| 2 | 1.1 |" in table and "`python bench/bench_optimum.py --part table` at commit" in table
+    )
+    assert "Not measured yet: `make optimum PART=learner`" in learner

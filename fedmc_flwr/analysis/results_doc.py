@@ -12,6 +12,11 @@ docs/results.md (the one generated place for commits and dates).
 learner against local-only and centralised PPO on the same worlds (`analysis.federating`),
 computed from the sweeps' finished cells.
 
+The optimum (`make optimum`: `bench/bench_optimum.py`, the exact optimal dispatcher of
+small queueing systems against SED, JSQ and the default learner) gets a section from
+`results/optimum/`, one part per folder (`table/`, `learner/`), each under its own
+provenance line.
+
 Zero-shot transfers (`make transfers`: each training seed's federated policy of the default
 sweep, unchanged, on a bigger estate) get a section each from their folder under
 `results/transfers/`, described by the target config's own leading comment.
@@ -39,6 +44,12 @@ from fedmc_flwr.results import read_provenance
 
 SWEEPS_DIR = Path("conf/sweeps")
 TRANSFERS_DIR = Path("results/transfers")
+OPTIMUM_DIR = Path("results/optimum")
+OPTIMUM_PARTS = (
+    ("table", "The optimum against SED, JSQ and random, solved exactly"),
+    ("learner", "The default learner against the optimum, in the world made that system"),
+)
+"""`bench/bench_optimum.py`'s parts: (folder under OPTIMUM_DIR, heading)."""
 HEADLINE = "default"
 """The sweep whose tables the README shows."""
 BEGIN, END = "<!-- headline results: begin -->", "<!-- headline results: end -->"
@@ -121,16 +132,33 @@ def section(name: str, sweeps_dir: Path = SWEEPS_DIR) -> str:
     return head + "\n\n".join(body) + "\n"
 
 
+def measured(head: str, folder: Path, command: str) -> str:
+    """`head`, then `folder`'s provenance line and summary.md, or the `command` that
+    would measure it."""
+    summary = folder / "summary.md"
+    if not summary.is_file():
+        return head + f"Not measured yet: `{command}` measures it.\n"
+    return head + provenance_line(folder) + "\n\n" + summary.read_text().strip() + "\n"
+
+
 def transfer_section(target: str, transfers_dir: Path = TRANSFERS_DIR) -> str:
     """A zero-shot transfer's section: `results/transfers/transfer_<target>/summary.md`,
     the `fedmc report` of its training seeds' folders."""
     config = Path("conf") / f"transfer_{target}.yaml"
     head = f"## Zero-shot transfer to {target} (`{config}`)\n\n{description(config)}\n\n"
-    folder = transfers_dir / f"transfer_{target}"
-    summary = folder / "summary.md"
-    if not summary.is_file():
-        return head + "Not measured yet: `make transfers` measures it.\n"
-    return head + provenance_line(folder) + "\n\n" + summary.read_text().strip() + "\n"
+    return measured(head, transfers_dir / f"transfer_{target}", "make transfers")
+
+
+def optimum_section(optimum_dir: Path = OPTIMUM_DIR) -> str:
+    """The optimum's section: conf/optimum.yaml's description, then each part of
+    `bench/bench_optimum.py` under its heading."""
+    config = Path("conf/optimum.yaml")
+    parts = [f"## The optimum where one exists (`{config}`)\n\n{description(config)}\n"]
+    parts += [
+        measured(f"### {heading}\n\n", optimum_dir / part, f"make optimum PART={part}")
+        for part, heading in OPTIMUM_PARTS
+    ]
+    return "\n".join(parts)
 
 
 def federating_section(names: Sequence[str] = FEDERATING, sweeps_dir: Path = SWEEPS_DIR) -> str:
@@ -153,9 +181,12 @@ def write_results(
     sweeps_dir: Path = SWEEPS_DIR,
     transfers: Sequence[str] = (),
     federating: Sequence[str] = FEDERATING,
+    optimum_dir: Path | None = OPTIMUM_DIR,
 ) -> Path:
     sections = [federating_section(federating, sweeps_dir)]
     sections += [section(name, sweeps_dir) for name in names]
+    if optimum_dir is not None:
+        sections.append(optimum_section(optimum_dir))
     sections += [transfer_section(target) for target in transfers]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(INTRO + "\n" + "\n".join(sections))
