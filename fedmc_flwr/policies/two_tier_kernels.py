@@ -41,27 +41,34 @@ def scores(x, params, layers):
     `params`, weights `[in, out]`. Feature-major, the innermost loop runs over the M rows
     of the batch, long and contiguous, which the compiler vectorises; a row at a time it
     would run over 32 outputs only."""
-    columns = x.shape[1]
     inp = x
     for layer in range(len(layers)):
         start, fan_in, fan_out, bias = layers[layer]
-        w = params[start : start + fan_in * fan_out].reshape(fan_in, fan_out)
-        out = np.empty((fan_out, columns), dtype=np.float32)
-        for j in range(fan_out):
-            row = out[j]
-            row[:] = params[bias + j]
-            for k in range(fan_in):
-                weight, src = w[k, j], inp[k]
-                for i in range(columns):
-                    row[i] += weight * src[i]
-            if layer < len(layers) - 1:
-                for i in range(columns):
-                    row[i] = max(row[i], np.float32(0.0))
+        out = np.empty((fan_out, x.shape[1]), dtype=np.float32)
+        _layer(inp, params, start, fan_in, fan_out, bias, layer < len(layers) - 1, out)
         inp = out
     return inp[0]
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=_LAYER_MATHS, _nrt=False)
+def _layer(inp, params, start, fan_in, fan_out, bias, relu, out):
+    """One layer of `scores` into `out`. This and the other loops below are compiled
+    without numba's reference counting: they allocate nothing, and with it each row they
+    take of an array paid an atomic increment and decrement (for the row loops of
+    `decide`, about half its time at 64 worlds)."""
+    for j in range(fan_out):
+        row = out[j]
+        row[:] = params[bias + j]
+        for k in range(fan_in):
+            weight, src = params[start + k * fan_out + j], inp[k]
+            for i in range(out.shape[1]):
+                row[i] += weight * src[i]
+        if relu:
+            for i in range(out.shape[1]):
+                row[i] = max(row[i], np.float32(0.0))
+
+
+@njit(cache=True, _nrt=False)
 def _sample(logits, allowed, noise, greedy, logp):
     """Masked log-softmax of one env's `logits` into `logp`, then the Gumbel-max sample
     (the torch path's draw: `logp - log(-log(noise))`), or the argmax when greedy."""
@@ -83,15 +90,23 @@ def _sample(logits, allowed, noise, greedy, logp):
 
 
 @njit(cache=True)
-def _summarise(obs, mask, shift, scale, nodes_per_region, x, summaries, valid):
+def _summaries(obs, mask, shift, scale, nodes_per_region, x, summaries, valid):
+    """`_summarise` into a new array: the summaries feature-major, `[SUMMARY_WIDTH, B * R]`."""
+    batch, num_nodes = mask.shape
+    columns = np.empty((SUMMARY_WIDTH, batch * (num_nodes // nodes_per_region)), np.float32)
+    _summarise(obs, mask, shift, scale, nodes_per_region, x, summaries, valid, columns)
+    return columns
+
+
+@njit(cache=True, _nrt=False)
+def _summarise(obs, mask, shift, scale, nodes_per_region, x, summaries, valid, columns):
     """Normalise every node row into `x` (`[B, nodes, NODE_WIDTH]`) and write each
     region's summary and valid flag (`TwoTier.summaries`: mean features, least valid
-    expected delay, valid share, globals) into `summaries` (`[B, R, SUMMARY_WIDTH]`).
-    Returns the summaries feature-major (`[SUMMARY_WIDTH, B * R]`), as `_scores` reads."""
+    expected delay, valid share, globals) into `summaries` (`[B, R, SUMMARY_WIDTH]`), and
+    feature-major into `columns` (`[SUMMARY_WIDTH, B * R]`), as `scores` reads them."""
     batch, num_nodes = mask.shape
     regions = num_nodes // nodes_per_region
     flat = num_nodes * NODE_WIDTH
-    columns = np.empty((SUMMARY_WIDTH, batch * regions), dtype=np.float32)
     for b in range(batch):
         for i in range(num_nodes):
             for f in range(NODE_WIDTH):
@@ -116,22 +131,30 @@ def _summarise(obs, mask, shift, scale, nodes_per_region, x, summaries, valid):
             for g in range(GLOBAL_WIDTH):
                 f = NODE_WIDTH + g
                 row[NODE_WIDTH + 2 + g] = _standardise(obs[b, flat + g], shift[f], scale[f])
-            columns[:, b * regions + r] = row
-    return columns
+            for f in range(SUMMARY_WIDTH):
+                columns[f, b * regions + r] = row[f]
 
 
 @njit(cache=True)
 def _critic(summaries, privileged, params, layers):
     """`[B]` values: the critic on the regions' mean summary and the `[B, P]` privileged
     inputs beside it (`TwoTier._value`; P may be 0)."""
-    batch, regions = summaries.shape[:2]
-    pooled = np.zeros((SUMMARY_WIDTH + privileged.shape[1], batch), dtype=np.float32)
-    for b in range(batch):
-        for r in range(regions):
-            pooled[:SUMMARY_WIDTH, b] += summaries[b, r]
-        pooled[:SUMMARY_WIDTH, b] /= np.float32(regions)
-        pooled[SUMMARY_WIDTH:, b] = privileged[b]
+    pooled = np.zeros((SUMMARY_WIDTH + privileged.shape[1], summaries.shape[0]), np.float32)
+    _pool(summaries, privileged, pooled)
     return scores(pooled, params, layers)
+
+
+@njit(cache=True, _nrt=False)
+def _pool(summaries, privileged, pooled):
+    """The critic's input columns: each env's mean region summary, then its privileged row."""
+    batch, regions = summaries.shape[:2]
+    for b in range(batch):
+        for f in range(SUMMARY_WIDTH):
+            for r in range(regions):
+                pooled[f, b] += summaries[b, r, f]
+            pooled[f, b] /= np.float32(regions)
+        for f in range(privileged.shape[1]):
+            pooled[SUMMARY_WIDTH + f, b] = privileged[b, f]
 
 
 @njit(cache=True)
@@ -164,11 +187,65 @@ def decide(
     n = nodes_per_region
     regions = num_nodes // n
     x = np.empty((batch, num_nodes, NODE_WIDTH), dtype=np.float32)
-    columns = _summarise(obs, mask, shift, scale, n, x, summaries, valid)
+    columns = _summaries(obs, mask, shift, scale, n, x, summaries, valid)
     region_scores = scores(columns, params, region_layers).reshape(batch, regions)
     region_logp = np.empty((batch, regions), dtype=np.float32)
     chosen = np.empty(batch, dtype=np.int64)
     node_columns = np.empty((ROW_WIDTH, batch * n), dtype=np.float32)
+    _pick_regions(
+        region_scores,
+        valid,
+        noise,
+        greedy,
+        forced,
+        action,
+        region_logp,
+        chosen,
+        x,
+        summaries,
+        mask,
+        rows,
+        node_mask,
+        node_columns,
+    )
+    node_scores = scores(node_columns, params, node_layers).reshape(batch, n)
+    node_logp = np.empty(n, dtype=np.float32)
+    _pick_nodes(
+        node_scores,
+        node_mask,
+        noise,
+        greedy,
+        forced,
+        action,
+        region_logp,
+        chosen,
+        node_logp,
+        logprob,
+    )
+    value[:] = _critic(summaries, privileged, params, critic_layers)
+
+
+@njit(cache=True, _nrt=False)
+def _pick_regions(
+    region_scores,
+    valid,
+    noise,
+    greedy,
+    forced,
+    action,
+    region_logp,
+    chosen,
+    x,
+    summaries,
+    mask,
+    rows,
+    node_mask,
+    node_columns,
+):
+    """Tier 1 for every env: its region drawn (or the forced action's), and the chosen
+    region's node rows and mask written for tier 2."""
+    batch, regions = region_scores.shape
+    n = rows.shape[1]
     for b in range(batch):
         region = _sample(region_scores[b], valid[b], noise[b, :regions], greedy, region_logp[b])
         if forced:
@@ -176,26 +253,45 @@ def decide(
         chosen[b] = region
         for j in range(n):
             row = rows[b, j]
-            row[:NODE_WIDTH] = x[b, region * n + j]
-            row[NODE_WIDTH:] = summaries[b, region, NODE_WIDTH + 2 :]
+            for f in range(NODE_WIDTH):
+                row[f] = x[b, region * n + j, f]
+            for g in range(GLOBAL_WIDTH):
+                row[NODE_WIDTH + g] = summaries[b, region, NODE_WIDTH + 2 + g]
             node_mask[b, j] = mask[b, region * n + j]
-            node_columns[:, b * n + j] = row
-    node_scores = scores(node_columns, params, node_layers).reshape(batch, n)
-    node_logp = np.empty(n, dtype=np.float32)
+            for f in range(ROW_WIDTH):
+                node_columns[f, b * n + j] = row[f]
+
+
+@njit(cache=True, _nrt=False)
+def _pick_nodes(
+    node_scores,
+    node_mask,
+    noise,
+    greedy,
+    forced,
+    action,
+    region_logp,
+    chosen,
+    node_logp,
+    logprob,
+):
+    """Tier 2 for every env: its node drawn (or the forced action's), the joint action
+    and its log-probability."""
+    batch, n = node_scores.shape
+    regions = region_logp.shape[1]
     for b in range(batch):
         node = _sample(node_scores[b], node_mask[b], noise[b, regions:], greedy, node_logp)
         if forced:
             node = action[b] % n
         action[b] = chosen[b] * n + node
         logprob[b] = region_logp[b, chosen[b]] + node_logp[node]
-    value[:] = _critic(summaries, privileged, params, critic_layers)
 
 
 @njit(cache=True)
 def values(obs, mask, shift, scale, nodes_per_region, params, layers, privileged, summaries, valid):
     batch, num_nodes = mask.shape
     x = np.empty((batch, num_nodes, NODE_WIDTH), dtype=np.float32)
-    _summarise(obs, mask, shift, scale, nodes_per_region, x, summaries, valid)
+    _summaries(obs, mask, shift, scale, nodes_per_region, x, summaries, valid)
     return _critic(summaries, privileged, params, layers)
 
 
