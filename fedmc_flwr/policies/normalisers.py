@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedmc_flwr.policies.moments import Moments, column_moments
+from fedmc_flwr.policies.moments import Moments, column_moments, stacked_moments
 from fedmc_flwr.sim.layout import GLOBAL_FEATURES, NODE_FEATURES, NODE_WIDTH, ObsLayout
 
 OBS_CLIP = 10.0
@@ -78,14 +78,14 @@ class ObservationNorm(RunningNorm):
 
     def update(self, batch: np.ndarray) -> None:
         layout = ObsLayout.of_width(batch.shape[-1])
-        nodes = layout.nodes(batch).reshape(-1, NODE_WIDTH)
-        node_mean, node_var = column_moments(np.ascontiguousarray(nodes, dtype=np.float64))
+        nodes = layout.nodes(batch)
+        node_mean, node_var = stacked_moments(nodes)
         # The global features' moments over the batch's rows are those of each node's
         # copy of them: repeating a row n times changes neither its mean nor its variance.
-        shared = np.ascontiguousarray(batch[:, layout.globals_span], dtype=np.float64)
-        shared_mean, shared_var = column_moments(shared)
+        shared_mean, shared_var = column_moments(batch[:, layout.globals_span])
         mean = np.concatenate([node_mean, shared_mean])
-        self.add(Moments(float(len(nodes)), mean, np.concatenate([node_var, shared_var])))
+        rows = float(nodes.shape[0] * nodes.shape[1])
+        self.add(Moments(rows, mean, np.concatenate([node_var, shared_var])))
 
     def feature_affine(self) -> Affine:
         """`(shift, scale)` per feature (`FEATURES` order, float64): the standardised
