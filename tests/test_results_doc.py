@@ -77,3 +77,32 @@ def test_the_optimum_section_holds_each_measured_part_and_names_the_missing(
         "| 2 | 1.1 |" in table and "`python bench/bench_optimum.py --part table` at commit" in table
     )
     assert "Not measured yet: `make optimum PART=learner`" in learner
+
+
+def test_a_section_this_checkout_cannot_measure_keeps_its_published_text(tmp_path: Path) -> None:
+    sweeps, results = tmp_path / "sweeps", tmp_path / "results"
+    sweeps.mkdir()
+    for name in ("default", "other"):
+        sweep_file(sweeps, name, results)
+    (results / "default").mkdir(parents=True)
+    (results / "default" / "summary.md").write_text("| fresh | default |\n")
+    page = tmp_path / "results.md"
+    page.write_text(
+        "# Results\n\n## What federating buys\n\n| h |\n|---|\n"
+        "| `other` | `ppo-fedavg` | all regions | 5 | +0.1 (pays) | | | | |\n\n"
+        "- `other` (all regions): an old reading.\n\n"
+        "## `default`\n\n| stale | default |\n\n"
+        "## `other`\n\nA tiny sweep.\n\n*at commit `abc`*\n\n| published | other |\n"
+    )
+    for _ in range(2):  # a second pass leaves the kept text as the first left it
+        write_results(["default", "other"], page, sweeps, federating=["other"], optimum_dir=None)
+        text = page.read_text()
+        assert "| fresh | default |" in text and "stale" not in text
+        other = text.split("## `other`")[1]
+        assert "| published | other |" in other and other.count("Kept as last published") == 1
+        assert "Not measured yet" not in other
+        federating = text.split("## `default`")[0]
+        assert "| `other` | `ppo-fedavg` | all regions | 5 | +0.1 (pays)" in federating
+        assert "- `other` (all regions): an old reading." in federating
+        assert "Rows of `other` are kept as last published" in federating
+    assert text.count("\n\n\n") == 0

@@ -180,9 +180,9 @@ def _race_cell(race: RaceToReference | None) -> str:
     return f"{race.rounds} ({race.seconds:.0f} s)"
 
 
-def gains_table(gains: Sequence[Gain | tuple[str, str]]) -> str:
+def gains_table(gains: Sequence[Gain | tuple[str, str] | str]) -> str:
     """The markdown table: one row per setting, or (setting, why it has no row) for one
-    not measured."""
+    not measured, or a row as published before (a markdown line, kept as it is)."""
     header = (
         "| setting | federated | judged on | seeds | federated - local "
         "| federated - centralised | at first evaluation, federated - local "
@@ -190,6 +190,9 @@ def gains_table(gains: Sequence[Gain | tuple[str, str]]) -> str:
     )
     lines = []
     for gain in gains:
+        if isinstance(gain, str):
+            lines.append(gain)
+            continue
         if isinstance(gain, tuple):
             lines.append(f"| `{gain[0]}` | | {gain[1]} | | | | | | |")
             continue
@@ -255,13 +258,15 @@ def _race_words(gain: Gain) -> str:
     )
 
 
-def why_it_does_not_pay(gains: Sequence[Gain]) -> str:
+def why_it_does_not_pay(gains: Sequence[Gain], kept: Sequence[str] = ()) -> str:
     """Markdown: a line per setting where no federated variant beats the local learners,
-    giving the setting's own evidence for why (nothing when every setting pays)."""
+    giving the setting's own evidence for why (nothing when every setting pays); `kept`:
+    such lines as published before, for settings measured elsewhere."""
     settings: dict[str, list[Gain]] = {}
     for gain in gains:
         settings.setdefault(gain.setting, []).append(gain)
     reasons = [reason for rows in settings.values() if (reason := _why_not(rows)) is not None]
+    reasons += [(line, "FedAvg ties" in line) for line in kept]
     if not reasons:
         return ""
     lines = [line for line, _ in reasons]

@@ -17,6 +17,12 @@ small queueing systems against SED, JSQ and the default learner) gets a section 
 `results/optimum/`, one part per folder (`table/`, `learner/`), each under its own
 provenance line.
 
+A section whose results this checkout does not hold keeps its text as last published (its
+provenance line names the commit it ran at), marked as kept, rather than turning into
+"Not measured yet": `make report` on a machine that ran some sweeps updates those and
+loses nothing of the others. The same holds for a setting's rows and reading in "What
+federating buys".
+
 Zero-shot transfers (`make transfers`: each training seed's federated policy of the default
 sweep, unchanged, on a bigger estate) get a section each from their folder under
 `results/transfers/`, described by the target config's own leading comment.
@@ -28,6 +34,7 @@ sweep, unchanged, on a bigger estate) get a section each from their folder under
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -77,6 +84,40 @@ first evaluation and how many rounds (and seconds of its training) each learner 
 from joining until it beats SED there. "pays": the 95% interval is above 0; "costs":
 below; otherwise the sweeps cannot tell the two apart.
 """
+
+NOT_MEASURED = "Not measured yet"
+KEPT = "*Kept as last published: this checkout holds none of its results.*"
+
+
+def published_sections(text: str) -> dict[str, str]:
+    """A page's `## ` sections by heading line, each with its whole body."""
+    parts = re.split(r"(?m)^(?=## )", text)
+    return {part.splitlines()[0]: part.rstrip() + "\n" for part in parts if part.startswith("## ")}
+
+
+def kept_or_new(new: str, published: dict[str, str]) -> str:
+    """`new`, or where it measures nothing and the page had this section measured, the
+    published section, marked as kept."""
+    heading = new.splitlines()[0]
+    old = published.get(heading)
+    if NOT_MEASURED not in new or old is None or NOT_MEASURED in old:
+        return new
+    if KEPT in old:
+        return old
+    return f"{heading}\n\n{KEPT}\n\n{old[len(heading) :].lstrip()}"
+
+
+def published_rows(text: str, setting: str) -> tuple[list[str], list[str]]:
+    """The "What federating buys" table rows and reading lines of `setting` on a page."""
+    section = published_sections(text).get("## What federating buys", "")
+    rows = [
+        line
+        for line in section.splitlines()
+        if line.startswith(f"| `{setting}` |") and "not measured yet" not in line
+    ]
+    reading = [line for line in section.splitlines() if line.startswith(f"- `{setting}` (")]
+    return rows, reading
+
 
 INTRO = """# Results
 
@@ -161,18 +202,33 @@ def optimum_section(optimum_dir: Path = OPTIMUM_DIR) -> str:
     return "\n".join(parts)
 
 
-def federating_section(names: Sequence[str] = FEDERATING, sweeps_dir: Path = SWEEPS_DIR) -> str:
-    """ "What federating buys": a row per setting, or the command that would measure it,
-    and for each setting where federating does not pay, why (`why_it_does_not_pay`)."""
+def federating_section(
+    names: Sequence[str] = FEDERATING, sweeps_dir: Path = SWEEPS_DIR, published: str = ""
+) -> str:
+    """ "What federating buys": a row per setting, its rows as `published` when this
+    checkout has none of its cells, or the command that would measure it; and for each
+    setting where federating does not pay, why (`why_it_does_not_pay`)."""
     rows: list = []
     measured: list[Gain] = []
+    kept_reading: list[str] = []
+    kept: list[str] = []
     for name in names:
         path = sweeps_dir / f"{name}.yaml"
         gains = federating_gains(load_sweep(path))
         measured += gains
-        rows += gains or [(name, f"not measured yet: `fedmc sweep --config {path}`")]
-    reading = why_it_does_not_pay(measured)
-    return FEDERATING_INTRO + "\n" + gains_table(rows) + (f"\n{reading}" if reading else "")
+        old_rows, old_reading = published_rows(published, name) if not gains else ([], [])
+        if old_rows:
+            kept.append(f"`{name}`")
+            kept_reading += old_reading
+        rows += gains or old_rows or [(name, f"not measured yet: `fedmc sweep --config {path}`")]
+    note = ""
+    if kept:
+        note = (
+            f"\nRows of {', '.join(kept)} are kept as last published: this checkout holds "
+            "none of their cells (their sections below name the commits they ran at).\n"
+        )
+    reading = why_it_does_not_pay(measured, kept_reading)
+    return FEDERATING_INTRO + "\n" + gains_table(rows) + note + (f"\n{reading}" if reading else "")
 
 
 def write_results(
@@ -183,11 +239,14 @@ def write_results(
     federating: Sequence[str] = FEDERATING,
     optimum_dir: Path | None = OPTIMUM_DIR,
 ) -> Path:
-    sections = [federating_section(federating, sweeps_dir)]
+    page = out.read_text() if out.is_file() else ""
+    published = published_sections(page)
+    sections = [federating_section(federating, sweeps_dir, page)]
     sections += [section(name, sweeps_dir) for name in names]
     if optimum_dir is not None:
         sections.append(optimum_section(optimum_dir))
     sections += [transfer_section(target) for target in transfers]
+    sections = [sections[0], *(kept_or_new(new, published) for new in sections[1:])]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(INTRO + "\n" + "\n".join(sections))
     return out
