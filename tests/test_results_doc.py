@@ -24,14 +24,23 @@ def sweep_file(folder: Path, name: str, results: Path) -> Path:
     return path
 
 
-def test_each_section_is_the_sweeps_description_provenance_and_summary(tmp_path: Path) -> None:
+def two_sweeps(tmp_path: Path, default_summary: str) -> Path:
+    """Sweep files `default` and `other` under tmp_path/sweeps; only `default` measured,
+    its summary.md `default_summary`."""
     sweeps, results = tmp_path / "sweeps", tmp_path / "results"
     sweeps.mkdir()
     for name in ("default", "other"):
         sweep_file(sweeps, name, results)
     (results / "default").mkdir(parents=True)
-    (results / "default" / "summary.md").write_text("| policy | reward |\n|---|---|\n| x | -1 |\n")
-    record_provenance(results / "default", "fedmc sweep --config conf/sweeps/default.yaml")
+    (results / "default" / "summary.md").write_text(default_summary)
+    return sweeps
+
+
+def test_each_section_is_the_sweeps_description_provenance_and_summary(tmp_path: Path) -> None:
+    sweeps = two_sweeps(tmp_path, "| policy | reward |\n|---|---|\n| x | -1 |\n")
+    record_provenance(
+        tmp_path / "results" / "default", "fedmc sweep --config conf/sweeps/default.yaml"
+    )
     out = write_results(["default", "other"], tmp_path / "results.md", sweeps, federating=["other"])
     text = out.read_text()
     assert "## What federating buys" in text
@@ -80,12 +89,7 @@ def test_the_optimum_section_holds_each_measured_part_and_names_the_missing(
 
 
 def test_a_section_this_checkout_cannot_measure_keeps_its_published_text(tmp_path: Path) -> None:
-    sweeps, results = tmp_path / "sweeps", tmp_path / "results"
-    sweeps.mkdir()
-    for name in ("default", "other"):
-        sweep_file(sweeps, name, results)
-    (results / "default").mkdir(parents=True)
-    (results / "default" / "summary.md").write_text("| fresh | default |\n")
+    sweeps = two_sweeps(tmp_path, "| fresh | default |\n")
     page = tmp_path / "results.md"
     page.write_text(
         "# Results\n\n## What federating buys\n\n| h |\n|---|\n"

@@ -160,6 +160,15 @@ def test_a_folder_of_another_config_is_an_error(swept: Path, tmp_path: Path) -> 
 
 
 @pytest.mark.slow
+def test_a_sweeps_results_moved_elsewhere_are_still_its_cells(swept: Path, tmp_path: Path) -> None:
+    moved = tmp_path / "elsewhere"
+    shutil.copytree(swept.parent / "results", moved)
+    sweep = load_sweep(write_sweep(tmp_path, results_dir=str(moved)))
+    assert all(is_finished(cell) for cell in sweep.cells)
+    assert run_sweep(sweep, progress=False) == []
+
+
+@pytest.mark.slow
 def test_summary_numbers_are_the_reports(swept: Path) -> None:
     sweep = load_sweep(swept)
     summarise_sweep(sweep)

@@ -31,7 +31,7 @@ import sys
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -159,12 +159,14 @@ def load_sweep(path: str | Path, results_dir: str | Path | None = None) -> Sweep
 def is_finished(cell: Cell) -> bool:
     """The cell's results are this config's, and its last round is there for every world.
 
-    Raises ConfigError when the folder holds a run of another config (never overwritten)."""
+    Raises ConfigError when the folder holds a run of another config (never overwritten).
+    Where the sweep's folder lies is no part of a cell's config: a sweep's results copied
+    or moved to another checkout are still its cells."""
     saved = cell.out_dir / "config.yaml"
     per_seed = cell.out_dir / PER_SEED_FILE
     if not saved.is_file() or not per_seed.is_file():
         return False
-    if load_config(saved) != cell.cfg:
+    if replace(load_config(saved), results_dir=cell.cfg.results_dir) != cell.cfg:
         raise ConfigError(
             f"{cell.out_dir}: ran with another config than the sweep's {cell.label}; "
             "remove the folder or give the sweep another name"
