@@ -173,13 +173,15 @@ def section(name: str, sweeps_dir: Path = SWEEPS_DIR) -> str:
     return head + "\n\n".join(body) + "\n"
 
 
-def measured(head: str, folder: Path, command: str) -> str:
+def measured(head: str, folder: Path, command: str, level: int = 2) -> str:
     """`head`, then `folder`'s provenance line and summary.md, or the `command` that
-    would measure it."""
+    would measure it. The summary's own headings go one level below `level` (its `#`s), so
+    that the page's `## ` sections stay whole."""
     summary = folder / "summary.md"
     if not summary.is_file():
-        return head + f"Not measured yet: `{command}` measures it.\n"
-    return head + provenance_line(folder) + "\n\n" + summary.read_text().strip() + "\n"
+        return head + f"{NOT_MEASURED}: `{command}` measures it.\n"
+    text = re.sub(r"(?m)^## ", "#" * (level + 1) + " ", summary.read_text().strip())
+    return head + provenance_line(folder) + "\n\n" + text + "\n"
 
 
 def transfer_section(target: str, transfers_dir: Path = TRANSFERS_DIR) -> str:
@@ -196,7 +198,7 @@ def optimum_section(optimum_dir: Path = OPTIMUM_DIR) -> str:
     config = Path("conf/optimum.yaml")
     parts = [f"## The optimum where one exists (`{config}`)\n\n{description(config)}\n"]
     parts += [
-        measured(f"### {heading}\n\n", optimum_dir / part, f"make optimum PART={part}")
+        measured(f"### {heading}\n\n", optimum_dir / part, f"make optimum PART={part}", 3)
         for part, heading in OPTIMUM_PARTS
     ]
     return "\n".join(parts)
