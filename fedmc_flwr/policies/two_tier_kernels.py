@@ -299,6 +299,7 @@ def warm_cache() -> None:
     """Compile (or load from the cache) every kernel of the acting path, in this process:
     a driver that calls it before starting the clients leaves them a full cache."""
     from fedmc_flwr.policies.moments import Moments
+    from fedmc_flwr.policies.normalisers import ObservationNorm
 
     regions, nodes, hidden = 2, 2, 2
     obs = np.zeros((1, regions * nodes * NODE_WIDTH + GLOBAL_WIDTH), dtype=np.float32)
@@ -324,3 +325,5 @@ def warm_cache() -> None:
     decide(obs, mask, shift, scale, nodes, *weights, noise, False, False, privileged, *outputs)
     values(obs, mask, shift, scale, nodes, params, layers, privileged, summaries, valid)
     Moments.of(np.zeros((2, 1))).merge(Moments.of(np.ones((2, 1))))
+    # its moments read a batch's rows in place, strided (one row alone would be contiguous)
+    ObservationNorm().update(np.zeros((2, obs.shape[1]), dtype=np.float32))
