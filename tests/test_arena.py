@@ -14,10 +14,11 @@ from test_sweep import write_sweep
 from fedmc_flwr.analysis.report import collect, compare
 from fedmc_flwr.config import load_config
 from fedmc_flwr.experiments import arena
-from fedmc_flwr.experiments.sweep import load_sweep, run_sweep, summarise_arena, summarise_sweep
+from fedmc_flwr.experiments.sweep import run_sweep, summarise_arena, summarise_sweep
 from fedmc_flwr.results import read_per_seed
 from fedmc_flwr.seeds import arena_seeds, heldout_seeds
 from fedmc_flwr.sim.world import MultiCloudSim
+from fedmc_flwr.sweeps import load_sweep
 
 
 def rollout(sim: MultiCloudSim, seeds: np.ndarray, steps: int) -> tuple[np.ndarray, np.ndarray]:

@@ -24,7 +24,7 @@ from fedmc_flwr.config import (
     to_yaml,
 )
 from fedmc_flwr.evaluation import evaluate
-from fedmc_flwr.experiments.sweep import load_sweep, run_sweep
+from fedmc_flwr.experiments.sweep import run_sweep
 from fedmc_flwr.experiments.training import train
 from fedmc_flwr.federation import wire
 from fedmc_flwr.federation.accounting import sort_out
@@ -34,6 +34,7 @@ from fedmc_flwr.federation.server_app import initial_weights
 from fedmc_flwr.policies.heuristics import DISPATCHERS
 from fedmc_flwr.policies.ppo import PPOLearner
 from fedmc_flwr.results import read_per_seed
+from fedmc_flwr.sweeps import load_sweep
 
 
 def _tiny(tmp_path, *extra: str):

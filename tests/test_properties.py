@@ -30,11 +30,11 @@ from hypothesis.extra import numpy as hnp
 from fedmc_flwr.cli import main
 from fedmc_flwr.config import load_config, to_yaml
 from fedmc_flwr.errors import InputError
-from fedmc_flwr.experiments.sweep import KINDS, SweepSpec, load_sweep
 from fedmc_flwr.integrations.config import IntegrationConfig, load_integration
 from fedmc_flwr.outputs import OutputError, output_dir, output_file
 from fedmc_flwr.policies.checkpoints import CheckpointError, read_checkpoint, write_weights
 from fedmc_flwr.policies.ppo import PPOLearner
+from fedmc_flwr.sweeps import KINDS, SweepSpec, load_sweep
 
 FAST = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 PROMETHEUS = CONF / "integrations" / "prometheus.yaml"

@@ -21,13 +21,8 @@ from conftest import CONF, TINY
 from fedmc_flwr.analysis.report import collect, compare, level
 from fedmc_flwr.cli import main
 from fedmc_flwr.config import ConfigError
-from fedmc_flwr.experiments.sweep import (
-    finished_frame,
-    is_finished,
-    load_sweep,
-    run_sweep,
-    summarise_sweep,
-)
+from fedmc_flwr.experiments.sweep import run_sweep, summarise_sweep
+from fedmc_flwr.sweeps import finished_frame, is_finished, load_sweep
 
 
 def write_sweep(folder: Path, **changes: object) -> Path:

@@ -24,8 +24,8 @@ import pandas as pd
 from fedmc_flwr.analysis.report import collect, compare
 from fedmc_flwr.analysis.statistics import Estimate
 from fedmc_flwr.config import ExperimentConfig, join_round
-from fedmc_flwr.experiments.sweep import Sweep, complete_seeds, finished_frame
 from fedmc_flwr.sim.signals import region_catalogue
+from fedmc_flwr.sweeps import Sweep, complete_seeds, finished_frame
 
 FEDAVG = "ppo-fedavg"
 LOCAL = "ppo-local"

@@ -46,8 +46,8 @@ from fedmc_flwr.analysis.federating import (
     why_it_does_not_pay,
 )
 from fedmc_flwr.errors import InputError
-from fedmc_flwr.experiments.sweep import load_sweep
 from fedmc_flwr.results import read_provenance
+from fedmc_flwr.sweeps import load_sweep
 
 SWEEPS_DIR = Path("conf/sweeps")
 TRANSFERS_DIR = Path("results/transfers")
