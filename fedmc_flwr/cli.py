@@ -161,7 +161,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _config(args: argparse.Namespace) -> ExperimentConfig:
-    return load_config(find_config(args.config), args.overrides)
+    """The experiment `--config` and `--set` give, its trace files read: a bad one stops
+    the command here, before any work."""
+    from fedmc_flwr.sim.sources import check_files
+
+    cfg = load_config(find_config(args.config), args.overrides)
+    check_files(cfg.world)
+    return cfg
 
 
 def _naming(path: Path, exc: Exception) -> str:

@@ -44,6 +44,13 @@ class RewardWeights:
     """Weight of the job's carbon divided by the estate's mean carbon per job."""
 
 
+PACKAGED_TRACES = ("alibaba2018", "google2019", "azure_v2")
+"""The machine-usage series `world.rate_trace` may name (`sim/traces.py` reads them; a
+test holds its table and these names equal)."""
+PACKAGED_STEP_S = 300.0
+"""The packaged series' step, in trace seconds."""
+
+
 @dataclass
 class WorldConfig:
     """The simulated multi-cloud estate and the workload of each ingress region."""
@@ -740,8 +747,6 @@ TRACE_FILES = ("rate_file", "job_log", "carbon_file", "price_file")
 def _check_traces(cfg: DictConfig, source: str) -> None:
     """Trace keys agree with each other: one source of trace arrivals, packaged series
     that exist, one name per region."""
-    from fedmc_flwr.sim.traces import PACKAGED, PACKAGED_STEP_S
-
     world = cfg.world
     rates = [k for k in ("rate_trace", "rate_file") if world[k]]
     if world.arrivals == "trace" and world.job_log:
@@ -757,10 +762,10 @@ def _check_traces(cfg: DictConfig, source: str) -> None:
             "expected world.arrivals: trace"
         )
     names = list(world.rate_trace)
-    if names and (len(names) not in (1, world.regions) or not set(names) <= set(PACKAGED)):
+    if names and (len(names) not in (1, world.regions) or not set(names) <= set(PACKAGED_TRACES)):
         raise ConfigError(
             f"{source}: world.rate_trace = {names} is not allowed; expected one or "
-            f"{world.regions} of {sorted(PACKAGED)}"
+            f"{world.regions} of {sorted(PACKAGED_TRACES)}"
         )
     if names and world.trace_step_s < PACKAGED_STEP_S:
         raise ConfigError(
@@ -783,19 +788,16 @@ def _check_traces(cfg: DictConfig, source: str) -> None:
 def _resolve_world_files(cfg: DictConfig, path: Path) -> None:
     """Relative trace file paths are taken from the config file's directory, so a run's
     processes find them wherever they start."""
-    from fedmc_flwr.sim.sources import resolve
-
     for key in TRACE_FILES:
-        cfg.world[key] = resolve(cfg.world[key], path.parent)
+        cfg.world[key] = _resolved(cfg.world[key], path.parent)
 
 
-def _check_trace_files(cfg: ExperimentConfig) -> None:
-    """Read every trace file now, so a bad one stops the command before any work."""
-    from fedmc_flwr.sim.regions import region_catalogue
-    from fedmc_flwr.sim.sources import check_files
-
-    regions = [r.name for r in region_catalogue(cfg.world.regions)]
-    check_files(cfg.world, regions)
+def _resolved(path: str, base: Path) -> str:
+    """A config's file path, relative ones taken from the config file's directory."""
+    if not path:
+        return path
+    given = Path(path).expanduser()
+    return str(given if given.is_absolute() else (base / given).resolve())
 
 
 def _check_region_estates(cfg: DictConfig, source: str) -> None:
@@ -951,13 +953,13 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> ExperimentCo
     """Load, merge and validate an experiment config; raise `ConfigError` on any problem.
 
     `overrides` are dotted `key=value` strings, applied after the file (and what it inherits).
+    Trace file paths are resolved here; the files are read by the world
+    (`sim.sources.check_files`, which each command calls on the config it loads).
     """
     merged = read_yaml(path, ExperimentConfig, "config file", overrides, inherits=True)
     _check_ranges(merged, str(Path(path).resolve()))
     _resolve_world_files(merged, Path(path).resolve())
-    cfg: ExperimentConfig = OmegaConf.to_object(merged)  # type: ignore[assignment]
-    _check_trace_files(cfg)
-    return cfg
+    return OmegaConf.to_object(merged)  # type: ignore[return-value]
 
 
 def _refuse_interpolations(value: object, source: str, key: str) -> None:

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fedmc_flwr.cli import main
-from fedmc_flwr.config import WorldConfig, load_config
+from fedmc_flwr.config import PACKAGED_TRACES, WorldConfig, load_config
 from fedmc_flwr.sim import sources, traces
 from fedmc_flwr.sim.cloud_carbon import CLOUD_CARBON
 from fedmc_flwr.sim.regions import NAMED_REGIONS
@@ -68,6 +68,7 @@ def test_swf_reader_takes_submit_and_run_time_and_skips_unknown_run_times() -> N
 def test_packaged_series_are_the_real_machine_usage_at_300_s() -> None:
     lengths = {name: len(traces.read_packaged(name)) for name in traces.PACKAGED}
     assert lengths == {"alibaba2018": 2243, "google2019": 8064, "azure_v2": 8640}
+    assert tuple(traces.PACKAGED) == PACKAGED_TRACES  # what the config allows, all readable
 
 
 def test_file_source_puts_every_signal_on_the_worlds_step() -> None:
@@ -189,8 +190,9 @@ def test_a_bad_trace_file_is_one_line_naming_file_and_column_and_exit_2(
 def test_a_binary_file_is_refused_in_one_line(tmp_path: Path) -> None:
     path = tmp_path / "rates.parquet"
     path.write_bytes(b"PAR1\x00\x01\x02")
+    cfg = load_config(TINY, ["world.arrivals=trace", f"world.rate_file={path}"])
     with pytest.raises(traces.TraceError, match="not a text file"):
-        load_config(TINY, ["world.arrivals=trace", f"world.rate_file={path}"])
+        sources.check_files(cfg.world)
 
 
 @pytest.mark.parametrize(
@@ -362,7 +364,7 @@ def test_every_signal_source_gives_the_kernels_one_argument_type() -> None:
 
 
 def test_the_trace_dc_world_and_its_sweep_load() -> None:
-    from fedmc_flwr.experiments.sweep import load_sweep
+    from fedmc_flwr.sweeps import load_sweep
 
     cfg = load_config(REPO / "conf" / "trace_dc.yaml")
     assert cfg.world.rate_trace == ["alibaba2018", "google2019", "azure_v2"]

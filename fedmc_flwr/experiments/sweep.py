@@ -47,6 +47,7 @@ from fedmc_flwr.results import (
     read_per_seed,
     record_provenance,
 )
+from fedmc_flwr.sim.sources import check_files
 from fedmc_flwr.stop_signals import stop_requests
 from fedmc_flwr.sweeps import Cell, Sweep, complete_seeds, finished_frame, is_finished, load_sweep
 
@@ -315,6 +316,8 @@ def main(config: Path, baseline: str | None, summary_only: bool, jobs: int = 1) 
     is a `CellFailed`, a summary that cannot be made a `ReportError`)."""
     sweep = load_sweep(config)
     if not summary_only:
+        for cell in sweep.cells:
+            check_files(cell.cfg.world)
         output_dir(sweep.out_dir, "results_dir")
         run_sweep(sweep, jobs=jobs)
     paths = summarise_sweep(sweep, baseline)

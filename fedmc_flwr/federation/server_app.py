@@ -58,6 +58,7 @@ from fedmc_flwr.federation.strategy import RegionStrategy, RoundFailed
 from fedmc_flwr.policies.ppo import STATISTICS, PPOLearner
 from fedmc_flwr.seeds import learner_seed
 from fedmc_flwr.sim.signals import region_catalogue
+from fedmc_flwr.sim.sources import check_files
 
 quiet_flower()  # this module is loaded in the ServerApp process: its console
 
@@ -89,7 +90,8 @@ def in_run_config_terms(message: str) -> str:
 
 
 def experiment_config(run_config: dict[str, Scalar]) -> ExperimentConfig:
-    """The experiment a run config names, with its overrides and results directory applied."""
+    """The experiment a run config names, with its overrides and results directory applied;
+    its trace files are read now, so a bad one stops the run before round 1."""
     missing = [k for k in ("config", "overrides", "results-dir") if k not in run_config]
     if missing:
         raise KeyError(f"run config lacks {missing}; see [tool.flwr.app.config] in pyproject.toml")
@@ -97,6 +99,7 @@ def experiment_config(run_config: dict[str, Scalar]) -> ExperimentConfig:
     cfg = load_config(
         path if path.is_absolute() else APP_DIR / path, str(run_config["overrides"]).split()
     )
+    check_files(cfg.world)
     if str(run_config["results-dir"]):
         cfg.results_dir = str(run_config["results-dir"])
     return cfg

