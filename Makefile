@@ -114,8 +114,10 @@ report: setup
 notebook: setup
 	$(BIN)/jupyter notebook notebooks/explore.ipynb
 
+# ruff, and the layers of docs/design.md ([tool.importlinter] in pyproject.toml).
 lint: setup
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 # OpenStack Placement for the hook's integration tests, in a virtualenv of its own so that
 # its ~70 dependencies (oslo, SQLAlchemy, ...) stay out of the project's lock.
@@ -139,8 +141,7 @@ placement: $(PLACEMENT_VENV)/.installed
 TEST_WORKERS ?= 2
 PYTEST = $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-test: setup placement
-	$(BIN)/ruff check .
+test: lint placement
 	$(PYTEST)
 
 # The edit-test loop: every test that neither starts Flower nor takes long (pyproject's
