@@ -203,7 +203,11 @@ def _torch_seed(seed: int) -> int:
 
 
 class PPOLearner:
-    """One PPO agent and its batch of worlds; see apis.md for the contract it serves."""
+    """One PPO agent and its batch of worlds, driven a round at a time (`train_round`) by
+    a region's client (`federation/client_app.py`) and by `fedmc train`
+    (`experiments/training.py`): weights in and out as ordered numpy arrays
+    (`get_weights`, `set_weights`), its greedy policy for held-out evaluation (`policy`),
+    and its whole state saved and restored bit for bit (`state`, `load_state`)."""
 
     def __init__(self, cfg: ExperimentConfig, regions: Sequence[int], seed: int) -> None:
         regions = list(regions)
