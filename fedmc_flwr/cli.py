@@ -279,7 +279,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "sweep":
             from fedmc_flwr.experiments.sweep import main as sweep_main
 
-            return sweep_main(args.config, args.baseline, args.summary_only, args.jobs)
+            return sweep_main(
+                args.config, args.baseline, summary_only=args.summary_only, jobs=args.jobs
+            )
         elif args.command == "plot":
             from fedmc_flwr.analysis.plots import plot_metrics
             from fedmc_flwr.analysis.sweep_plots import plot_sweep
@@ -298,7 +300,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "report":
             from fedmc_flwr.analysis.report import parse_round, report
 
-            print(report(args.dirs, args.baselines, parse_round(args.round), args.markdown))
+            chosen = parse_round(args.round)
+            print(report(args.dirs, args.baselines, round_=chosen, markdown=args.markdown))
     except InputError as exc:
         print(_one_line(f"{label}: {exc.label}{exc}"), file=sys.stderr)
         return 2

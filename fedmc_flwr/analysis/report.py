@@ -428,6 +428,7 @@ def describe(policies: dict[str, dict[int, Run]], frame: pd.DataFrame) -> str:
 def report(
     dirs: Sequence[str | Path],
     baselines: Sequence[str],
+    *,
     round_: int | None = None,
     markdown: bool = False,
 ) -> str:
