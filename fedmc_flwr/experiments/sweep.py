@@ -36,6 +36,14 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
+from fedmc_flwr.analysis.report import (
+    FIXED,
+    collect,
+    format_markdown,
+    summary_frame,
+    summary_table,
+)
+from fedmc_flwr.analysis.tables import with_ci
 from fedmc_flwr.config import ConfigError, shares_one_estate
 from fedmc_flwr.errors import RunFailure
 from fedmc_flwr.outputs import output_dir
@@ -188,9 +196,9 @@ def _stop_cells(pool: ProcessPoolExecutor) -> None:
 
 def curves(frame: pd.DataFrame) -> pd.DataFrame:
     """Each policy's per-round means over held-out worlds, per training seed and region:
-    what the learning-curve plots draw (dispatchers sit at round 0, seed -1)."""
+    what the learning-curve plots draw (dispatchers sit at round 0, seed `FIXED`)."""
     frame = frame.copy()
-    frame.loc[frame["round"] == 0, "train_seed"] = -1
+    frame.loc[frame["round"] == 0, "train_seed"] = FIXED
     keys = ["policy", "train_seed", "round", "client"]
     values = list(PER_SEED_VALUES)
     return frame.drop_duplicates([*keys, "eval_seed"]).groupby(keys, as_index=False)[values].mean()
@@ -199,8 +207,6 @@ def curves(frame: pd.DataFrame) -> pd.DataFrame:
 def summarise_sweep(sweep: Sweep, baseline: str | None = None) -> tuple[Path, Path, Path]:
     """Write summary.csv, summary.md and curves.csv from the training seeds whose every
     cell is finished; return their paths."""
-    from fedmc_flwr.analysis.report import collect, format_markdown, summary_frame, summary_table
-
     seeds = complete_seeds(sweep)
     if not seeds:
         raise ConfigError(f"sweep {sweep.name}: no training seed has all its cells finished")
@@ -271,9 +277,6 @@ def _write_rows(path: Path, rows: list[dict]) -> None:
 def summarise_arena(sweep: Sweep, seeds: list[int], baseline: str) -> tuple[Path, Path]:
     """arena.csv and arena.md of the sweep: each policy in the joint arena, paired against
     `baseline` there, and beside its level alone (summary.csv)."""
-    from fedmc_flwr.analysis.report import collect, format_markdown, summary_frame, summary_table
-    from fedmc_flwr.analysis.tables import with_ci
-
     summary = summary_frame(collect(arena_frame(sweep, seeds)), baseline)
     csv_path = sweep.out_dir / "arena.csv"
     md_path = sweep.out_dir / "arena.md"
@@ -311,7 +314,7 @@ def summarise_arena(sweep: Sweep, seeds: list[int], baseline: str) -> tuple[Path
     return csv_path, md_path
 
 
-def main(config: Path, baseline: str | None, summary_only: bool, jobs: int = 1) -> int:
+def main(config: Path, baseline: str | None, *, summary_only: bool, jobs: int = 1) -> int:
     """`fedmc sweep`: run what is missing, then summarise; the exit code (a failed cell
     is a `CellFailed`, a summary that cannot be made a `ReportError`)."""
     sweep = load_sweep(config)
