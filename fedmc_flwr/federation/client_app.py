@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 from flwr.app import Context, UserConfig
 from flwr.client import ClientApp, NumPyClient
 from flwr.common import Config, Scalar
@@ -51,7 +50,6 @@ from fedmc_flwr.policies.ppo import STATISTICS, PPOLearner
 from fedmc_flwr.seeds import learner_seed
 from fedmc_flwr.sim.signals import region_catalogue
 
-torch.set_num_threads(1)
 quiet_flower()  # this module is loaded in every ClientApp process: its console
 
 Weights = list[np.ndarray]
