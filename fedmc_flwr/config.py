@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import typing
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,31 @@ class ConfigError(InputError, ValueError):
     """A configuration problem, worded as one line for the person who wrote the file."""
 
     label = "config error: "
+
+
+ALLOWED = "allowed"
+"""The metadata key of a field's allowed values (`one_of`)."""
+
+
+def one_of(allowed: tuple[str, ...], default: str, note: str = "") -> Any:
+    """A string field that takes one of `allowed`, declared once, beside the field: the
+    check and its message are built from it (`_check_choices`), and other modules read
+    it back with `allowed_values`. `note` ends the message (where a related key lives)."""
+    if default not in allowed:
+        raise ValueError(f"default {default!r} is not one of {allowed}")
+    return field(default=default, metadata={ALLOWED: allowed, "note": note})
+
+
+def allowed_values(schema: type, name: str) -> tuple[str, ...]:
+    """The values field `name` of `schema` allows (declared with `one_of`)."""
+    (found,) = [f for f in dataclasses.fields(schema) if f.name == name]
+    return found.metadata[ALLOWED]
+
+
+def _either(values: Sequence[str]) -> str:
+    """'a', 'b' or 'c'."""
+    quoted = [repr(v) for v in values]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
 
 
 @dataclass
@@ -67,7 +93,7 @@ class WorldConfig:
     """Jobs a node can hold; a full node is masked out."""
     mean_service_ms: float = 50.0
     """Mean service time of a job on a node of speed 1.0 with no background load."""
-    job_size: str = "exponential"
+    job_size: str = one_of(("exponential", "pareto"), "exponential")
     """Job size distribution: 'exponential' or 'pareto' (heavy-tailed)."""
     pareto_alpha: float = 1.5
     """Shape of the Pareto job sizes (used when job_size is 'pareto')."""
@@ -122,7 +148,7 @@ class WorldConfig:
     a region at 10 goes down 10 times as often as with one rate for the whole estate. The
     chance per job that some node goes down becomes `outage_rate` times the mean multiplier,
     which must stay below 1."""
-    arrivals: str = "synthetic"
+    arrivals: str = one_of(("synthetic", "trace"), "synthetic")
     """Where each region's arrival rate comes from: 'synthetic' (its mean, bursts and the
     daily cycle) or 'trace' (a real series: `rate_trace`, `rate_file` or `job_log`; bursts
     stay, the daily cycle is the trace's). The busiest region's mean offered load over
@@ -150,7 +176,7 @@ class WorldConfig:
     trace_step_s: float = 300.0
     """The world's step through a trace, in trace seconds: every series is held constant
     over each step (rows within one are averaged), and rows further apart are an error."""
-    trace_time: str = "day"
+    trace_time: str = one_of(("day", "real"), "day")
     """How trace time maps onto world time: 'day' compresses one trace day onto
     `diurnal_period_s`; 'real' replays `trace_speedup` trace seconds per world second."""
     trace_speedup: float = 1.0
@@ -223,8 +249,6 @@ def learner_world(world: WorldConfig, regions: Sequence[int]) -> WorldConfig:
     return worlds[0]
 
 
-POLICY_KINDS = ("two-tier", "mlp", "node-scorer")
-"""The networks `ppo.policy` may name (`policies/networks.py` builds them)."""
 SIZE_AGNOSTIC_POLICIES = ("two-tier", "node-scorer")
 """The networks whose parameters fit an estate of any shape."""
 DISPATCHER_NAMES = (
@@ -288,7 +312,7 @@ class PPOConfig:
     """Jobs per training episode; then the world restarts from a new seed (value bootstraps)."""
     torch_threads: int = 1
     """torch intra-op threads per learner (pinned: default threads give severe outliers)."""
-    policy: str = "two-tier"
+    policy: str = one_of(("two-tier", "mlp", "node-scorer"), "two-tier")
     """Network kind (`policies/networks.py`): 'two-tier' (Tier 1 scores regions from
     their summaries, Tier 2 the chosen region's nodes), 'mlp' (flat MLPs over the whole
     estate, one estate shape) or 'node-scorer' (a shared per-node encoder and pooled
@@ -300,13 +324,17 @@ class PPOConfig:
     rollout; PPO takes the round's other steps. Only a learner that starts from scratch
     imitates (round 1 of a federation, a local learner's first round), never one that
     starts from the federation's weights (a late region). 0 turns it off."""
-    imitation_teacher: str = "sed"
+    imitation_teacher: str = one_of(IMITATION_TEACHERS, "sed")
     """The dispatcher a learner imitates (`policies/heuristics.py`; not an oracle, which
     reads what the observation hides)."""
     privileged_critic: bool = False
     """The critic also reads what the simulation knows and the observation does not (the
     waiting job's true size, exact backlogs: `policies/privileged.py`); the actor, which
     is exported and deployed, reads the observation alone. Two-tier network only."""
+
+
+POLICY_KINDS = allowed_values(PPOConfig, "policy")
+"""The networks `ppo.policy` may name (`policies/networks.py` builds them)."""
 
 
 @dataclass
@@ -327,7 +355,9 @@ class TrainConfig:
 class FederationConfig:
     """How the server combines the regions' weights."""
 
-    strategy: str = "fedavg"
+    strategy: str = one_of(
+        ("fedavg", "shrink"), "fedavg", note=" (FedProx's client term is federation.proximal_mu)"
+    )
     """'fedavg' (the weighted mean) or 'shrink' ((1 - mu) * mean + mu * previous global: a
     damped FedAvg on the server, FedAvgM with server step 1 - mu and no momentum)."""
     mu: float = 0.0
@@ -335,7 +365,7 @@ class FederationConfig:
     proximal_mu: float = 0.0
     """FedProx (Li et al. 2020): each client adds mu/2 * ||w - w_global||^2 to its loss, so
     its local weights stay near the round's global ones (0 turns it off)."""
-    aggregation: str = "mean"
+    aggregation: str = one_of(("mean", "trimmed-mean", "median", "multi-krum"), "mean")
     """How the regions' networks are combined: 'mean' (weighted by environment steps),
     'trimmed-mean' (per coordinate, the `trim_fraction` largest and smallest values of the
     regions dropped first), 'median' (per coordinate) or 'multi-krum' (free riders and the
@@ -385,7 +415,7 @@ class EvalConfig:
     """Held-out seeds per region; their episodes start at phases spread evenly over the day."""
     steps: int = 2000
     """Dispatched jobs per held-out seed."""
-    split: str = "test"
+    split: str = one_of(("test", "validation"), "test")
     """Which held-out seeds: 'test' (reported results) or 'validation' (tuning). The two
     sets are disjoint from each other and from every training seed (`fedmc_flwr.seeds`),
     and neither depends on the experiment seed, so every training seed meets the same ones."""
@@ -400,7 +430,20 @@ class FaultConfig:
     """Region index whose client misbehaves."""
     round: int = 1
     """Federated round in which it misbehaves (its training reply)."""
-    kind: str = "raise"
+    kind: str = one_of(
+        (
+            "raise",
+            "hang",
+            "nan",
+            "shape",
+            "examples",
+            "scale",
+            "sign-flip",
+            "free-rider",
+            "statistics",
+        ),
+        "raise",
+    )
     """'raise' (the client fails), 'hang' (it replies only after the round timeout), 'nan'
     (a NaN in its weights), 'shape' (a weight array of the wrong shape), 'examples' (an
     absurd environment-step count), 'scale' (its update multiplied by `scale`),
@@ -409,19 +452,6 @@ class FaultConfig:
     their sample count and a variance of 0)."""
     scale: float = 1000.0
     """Factor on the region's update for kinds 'scale' and 'sign-flip'."""
-
-
-FAULT_KINDS = (
-    "raise",
-    "hang",
-    "nan",
-    "shape",
-    "examples",
-    "scale",
-    "sign-flip",
-    "free-rider",
-    "statistics",
-)
 
 
 @dataclass
@@ -481,7 +511,6 @@ _RANGES: dict[str, _Check] = {
     "world.queue_threshold": (_positive, "an integer > 0"),
     "world.queue_capacity": (lambda v: 2 <= v <= 4096, "an integer from 2 to 4096"),
     "world.mean_service_ms": (_positive, "a number > 0"),
-    "world.job_size": (lambda v: v in ("exponential", "pareto"), "'exponential' or 'pareto'"),
     "world.pareto_alpha": (lambda v: v > 1, "a number > 1 (finite mean)"),
     "world.declared_size_error": (lambda v: 0 <= v <= 3, "a number from 0 to 3"),
     "world.load": (_unit_open, "a number in (0, 1)"),
@@ -491,9 +520,7 @@ _RANGES: dict[str, _Check] = {
     "world.outage_rate": (_unit_half_open, "a probability in [0, 1)"),
     "world.outage_mean_s": (_positive, "a number > 0"),
     "world.warmup_jobs": (lambda v: 0 <= v <= 100_000, "an integer from 0 to 100000"),
-    "world.arrivals": (lambda v: v in ("synthetic", "trace"), "'synthetic' or 'trace'"),
     "world.trace_step_s": (_positive, "a number of trace seconds > 0"),
-    "world.trace_time": (lambda v: v in ("day", "real"), "'day' or 'real'"),
     "world.trace_speedup": (_positive, "a number > 0"),
     "reward.latency": (_non_negative, "a number >= 0"),
     "reward.violations": (_non_negative, "a number >= 0"),
@@ -519,23 +546,10 @@ _RANGES: dict[str, _Check] = {
     "ppo.episode_steps": (_positive, "an integer > 0"),
     "ppo.torch_threads": (_positive, "an integer > 0"),
     "ppo.imitation_steps": (_non_negative, "an integer >= 0"),
-    "ppo.imitation_teacher": (
-        lambda v: v in IMITATION_TEACHERS,
-        " or ".join(map(repr, IMITATION_TEACHERS)),
-    ),
-    "ppo.policy": (lambda v: v in POLICY_KINDS, " or ".join(map(repr, POLICY_KINDS))),
     "train.rounds": (_positive, "an integer > 0"),
     "train.steps_per_round": (_positive, "an integer > 0"),
-    "federation.strategy": (
-        lambda v: v in ("fedavg", "shrink"),
-        "'fedavg' or 'shrink' (FedProx's client term is federation.proximal_mu)",
-    ),
     "federation.mu": (_unit_half_open, "a number in [0, 1)"),
     "federation.proximal_mu": (_non_negative, "a number >= 0"),
-    "federation.aggregation": (
-        lambda v: v in AGGREGATIONS,
-        "'mean', 'trimmed-mean', 'median' or 'multi-krum'",
-    ),
     "federation.trim_fraction": (lambda v: 0 < v < 0.5, "a number in (0, 0.5)"),
     "federation.byzantine": (lambda v: v >= 0, "an integer >= 0"),
     "federation.clip": (_non_negative, "a number >= 0 (0 turns clipping off)"),
@@ -547,11 +561,7 @@ _RANGES: dict[str, _Check] = {
         "an integer from 2 (confidence intervals need two) to 1000000",
     ),
     "eval.steps": (_positive, "an integer > 0"),
-    "eval.split": (lambda v: v in ("test", "validation"), "'test' or 'validation'"),
 }
-
-
-AGGREGATIONS = ("mean", "trimmed-mean", "median", "multi-krum")
 
 MAX_NODES = 16_384
 """Most nodes an estate may have (world.regions x world.nodes_per_region)."""
@@ -645,10 +655,6 @@ def _check_federation(cfg: DictConfig, source: str) -> None:
         )
     for k, fault in enumerate(cfg.faults):
         where = f"{source}: faults[{k}]"
-        if fault.kind not in FAULT_KINDS:
-            raise ConfigError(
-                f"{where}.kind = {fault.kind!r} is not allowed; expected {FAULT_KINDS}"
-            )
         if not 0 <= fault.region < regions:
             raise ConfigError(
                 f"{where}.region = {fault.region} is not allowed; expected 0 to {regions - 1}"
@@ -663,7 +669,27 @@ def _check_federation(cfg: DictConfig, source: str) -> None:
             )
 
 
+def _check_choices(node: DictConfig, schema: type, source: str, prefix: str = "") -> None:
+    """Every `one_of` field of `schema` holds one of its values, in nested sections and
+    lists of them (`faults`) too; the message is built from the declared values."""
+    hints = typing.get_type_hints(schema)
+    for spec in dataclasses.fields(schema):
+        key, value, kind = f"{prefix}{spec.name}", node[spec.name], hints[spec.name]
+        allowed = spec.metadata.get(ALLOWED)
+        if allowed is not None and value not in allowed:
+            raise ConfigError(
+                f"{source}: {key} = {value!r} is not allowed; expected "
+                f"{_either(allowed)}{spec.metadata['note']}"
+            )
+        if dataclasses.is_dataclass(kind):
+            _check_choices(value, kind, source, f"{key}.")
+        elif typing.get_origin(kind) is list and dataclasses.is_dataclass(typing.get_args(kind)[0]):
+            for index, item in enumerate(value):
+                _check_choices(item, typing.get_args(kind)[0], source, f"{key}[{index}].")
+
+
 def _check_ranges(cfg: DictConfig, source: str) -> None:
+    _check_choices(cfg, ExperimentConfig, source)
     for key, (test, allowed) in _RANGES.items():
         value = OmegaConf.select(cfg, key)
         if not test(value):

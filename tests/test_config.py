@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+import ast
+import inspect
+from dataclasses import asdict, fields, is_dataclass, replace
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import CONF
 
+from fedmc_flwr import config
 from fedmc_flwr.cli import main
 from fedmc_flwr.config import (
     OBS_FLOATS_PER_NODE,
@@ -136,3 +140,67 @@ def test_the_large_estates_load_within_the_size_bound(name: str) -> None:
     cfg = load_config(CONF / f"{name}.yaml")
     assert cfg.world.regions * cfg.world.nodes_per_region in (1000, 10_000)
     assert max(working_set_bytes(cfg).values()) < 2**30
+
+
+def _choice_fields() -> list[tuple[str, type, str]]:
+    """(dotted key, section schema, field name) of every field declared with `one_of`."""
+    found = []
+    for section in fields(ExperimentConfig):
+        schema = getattr(config, str(section.type), None)  # the annotations are strings
+        if schema is None or not is_dataclass(schema):
+            continue  # a scalar, or the list of faults (below)
+        found += [
+            (f"{section.name}.{f.name}", schema, f.name)
+            for f in fields(schema)
+            if config.ALLOWED in f.metadata
+        ]
+    return [*found, ("faults[0].kind", config.FaultConfig, "kind")]
+
+
+CHOICES = _choice_fields()
+
+
+def test_the_choice_fields_are_found() -> None:
+    keys = {key for key, _, _ in CHOICES}
+    assert {"world.job_size", "federation.aggregation", "eval.split"} <= keys
+
+
+@pytest.mark.parametrize(("key", "schema", "name"), CHOICES, ids=[c[0] for c in CHOICES])
+def test_a_value_outside_a_choice_is_refused_naming_every_allowed_value(
+    key: str, schema: type, name: str, small_demo_path: Path
+) -> None:
+    allowed = config.allowed_values(schema, name)
+    bad = "no-such-value"
+    override = f"faults=[{{kind: {bad}}}]" if key.startswith("faults") else f"{key}={bad}"
+    with pytest.raises(ConfigError) as caught:
+        load_config(small_demo_path, [override])
+    message = str(caught.value)
+    assert len(message.splitlines()) == 1 and f"{key} = 'no-such-value'" in message
+    assert all(repr(value) in message for value in allowed)
+
+
+def _field_docstrings(schema: type) -> dict[str, str]:
+    """The docstring under each field of `schema`, read from the source."""
+    tree = ast.parse(inspect.getsource(schema))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs = {}
+    for field_node, doc in pairwise(body):
+        if isinstance(field_node, ast.AnnAssign) and isinstance(doc, ast.Expr):
+            docs[field_node.target.id] = doc.value.value  # type: ignore[attr-defined]
+    return docs
+
+
+# imitation_teacher's docstring points to the dispatchers; test_heuristics holds its
+# values (every dispatcher but the oracles) equal to the dispatchers' registry.
+NAMED_IN_DOCSTRING = [c for c in CHOICES if c[0] != "ppo.imitation_teacher"]
+
+
+@pytest.mark.parametrize(
+    ("key", "schema", "name"), NAMED_IN_DOCSTRING, ids=[c[0] for c in NAMED_IN_DOCSTRING]
+)
+def test_each_allowed_value_is_explained_in_its_fields_docstring(
+    key: str, schema: type, name: str
+) -> None:
+    doc = _field_docstrings(schema)[name]
+    missing = [v for v in config.allowed_values(schema, name) if f"'{v}'" not in doc]
+    assert not missing, f"{key}'s docstring does not name {missing}"
