@@ -477,6 +477,9 @@ class ExperimentConfig:
 # --- range checks: key -> (test, what is allowed) -----------------------------------------
 
 _Check = tuple[Callable[[Any], bool], str]
+REWARD_TERMS = dataclasses.fields(RewardWeights)
+"""The reward's terms, one weight each: every check of them reads this, so a new term is
+one field of `RewardWeights`."""
 _KEY_LIKE = re.compile(r"[A-Za-z_][\w.\[\]-]{0,63}")
 """What a config key looks like, so that an error may name it."""
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -522,10 +525,7 @@ _RANGES: dict[str, _Check] = {
     "world.warmup_jobs": (lambda v: 0 <= v <= 100_000, "an integer from 0 to 100000"),
     "world.trace_step_s": (_positive, "a number of trace seconds > 0"),
     "world.trace_speedup": (_positive, "a number > 0"),
-    "reward.latency": (_non_negative, "a number >= 0"),
-    "reward.violations": (_non_negative, "a number >= 0"),
-    "reward.cost": (_non_negative, "a number >= 0"),
-    "reward.carbon": (_non_negative, "a number >= 0"),
+    **{f"reward.{term.name}": (_non_negative, "a number >= 0") for term in REWARD_TERMS},
     "ppo.num_envs": (_positive, "an integer > 0"),
     "ppo.rollout_steps": (_positive, "an integer > 0"),
     "ppo.learning_rate": (_positive, "a number > 0"),
@@ -694,8 +694,7 @@ def _check_ranges(cfg: DictConfig, source: str) -> None:
         value = OmegaConf.select(cfg, key)
         if not test(value):
             raise ConfigError(f"{source}: {key} = {value!r} is not allowed; expected {allowed}")
-    weights = cfg.reward
-    if weights.latency + weights.violations + weights.cost + weights.carbon <= 0:
+    if sum(cfg.reward[term.name] for term in REWARD_TERMS) <= 0:
         raise ConfigError(f"{source}: reward weights are all zero; expected at least one > 0")
     if cfg.world.queue_threshold >= cfg.world.queue_capacity:
         raise ConfigError(
