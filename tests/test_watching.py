@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 from conftest import SMALL_DEMO, TINY_WORLD
 
-from fedmc_flwr.analysis.destinations import where_jobs_go
 from fedmc_flwr.analysis.ppo_update import watch_one_update
 from fedmc_flwr.config import load_config
+from fedmc_flwr.experiments.destinations import where_jobs_go
 from fedmc_flwr.policies.heuristics import DISPATCHERS
 from fedmc_flwr.policies.ppo import PPOLearner
 from fedmc_flwr.sim.signals import build_spec
