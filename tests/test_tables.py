@@ -65,3 +65,13 @@ def test_the_table_shows_a_difference_column_per_baseline() -> None:
     header, ppo, sed = table.splitlines()
     assert "vs sed ± ci95" in header
     assert "+0.3000" in ppo and sed.split()[4] == "-"
+
+
+def test_a_region_that_failed_the_last_evaluation_is_left_out_of_the_pairing() -> None:
+    """The learner's last round lacks region r1 (its evaluation failed); the dispatchers
+    were judged in every region: the pairing keeps the regions both have."""
+    learner = per_seed_frame({"ppo": [[-1.0, -2.0]]}, {"ppo": 3})
+    sed = per_seed_frame({"sed": [[-1.5, -2.5], [-9.0, -9.0]]}, {"sed": 0})
+    paired = paired_against(pd.concat([learner, sed]), ["sed"])
+    assert paired["ppo"]["sed"].mean == pytest.approx(0.5)
+    assert paired["sed"]["sed"].mean == 0.0

@@ -50,22 +50,25 @@ def paired_against(
 ) -> dict[str, dict[str, Estimate]]:
     """Each policy's reward minus each baseline's on the same held-out worlds (one run's
     per_seed.csv rows, each policy at its last round), with the CI over those worlds,
-    regions as strata (`paired_difference`). Baselines the run lacks are left out."""
+    regions as strata (`paired_difference`), over the regions both were judged in (a
+    region that failed a round's evaluation has no learner rows in it). Baselines the
+    run lacks are left out."""
     last = per_seed.groupby("policy")["round"].transform("max")
     rows = per_seed[per_seed["round"] == last]
-    regions = list(dict.fromkeys(rows["client"]))
+    judged = {p: list(dict.fromkeys(group["client"])) for p, group in rows.groupby("policy")}
 
-    def per_region(policy: str) -> list[pd.Series]:
+    def per_region(policy: str, regions: Sequence[str]) -> list[pd.Series]:
         mine = rows[rows["policy"] == policy].set_index(["client", "eval_seed"])["reward"]
         return [mine.loc[region].sort_index() for region in regions]
 
-    present = [name for name in baselines if name in set(rows["policy"])]
+    present = [name for name in baselines if name in judged]
     out: dict[str, dict[str, Estimate]] = {}
     for policy in dict.fromkeys(rows["policy"]):
-        mine = per_region(policy)
         out[policy] = {}
         for baseline in present:
-            theirs = per_region(baseline)
+            # a region that failed the last round's evaluation has no worlds to pair
+            regions = [r for r in judged[baseline] if r in set(judged[policy])]
+            mine, theirs = per_region(policy, regions), per_region(baseline, regions)
             for a, b in zip(mine, theirs, strict=True):
                 if not a.index.equals(b.index):
                     raise ValueError(f"{policy} and {baseline} were judged on other worlds")

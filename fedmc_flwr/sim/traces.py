@@ -92,8 +92,9 @@ SWF_SUBMIT, SWF_RUN = 1, 3
 
 @dataclass(frozen=True)
 class RegionSeries:
-    """One signal of every region a file holds: times (s from the file's first row) and
-    values, strictly increasing times, finite values >= 0."""
+    """One signal of every region a file holds: times (s from the file's first row, so a
+    region that starts later starts above 0) and values, strictly increasing times,
+    finite values >= 0."""
 
     path: str
     column: str
@@ -213,9 +214,18 @@ def _increasing(times: np.ndarray, rows: np.ndarray, path: Path, column: str, st
 
 
 def check_gaps(series: RegionSeries, step_s: float) -> None:
-    """No region's rows lie further apart than the world's step: the world could not know
-    the signal in between."""
+    """No region's rows lie further apart than the world's step, and none starts more than
+    a step after the file's first row: the world could not know the signal in between,
+    nor before a region's first row (the grid keeps every region on the file's clock)."""
     for region, times in series.times.items():
+        if len(times) and times[0] > step_s:
+            raise _fail(
+                series.path,
+                series.column,
+                f"region {region!r}: its first row is {times[0]:g} s after the file's first "
+                f"row, more than the world's step (world.trace_step_s = {step_s:g} s); "
+                "give every region rows from the file's start",
+            )
         gaps = np.diff(times)
         if len(gaps) and gaps.max() > step_s:
             at = int(np.argmax(gaps))
@@ -363,13 +373,15 @@ def check_regions(path: str, column: str, named: list[str], estate: list[str]) -
 
 
 def on_grid(times: np.ndarray, values: np.ndarray, step_s: float) -> np.ndarray:
-    """A region's rows as a piecewise-constant series of `step_s` segments: the mean of
-    the rows in each segment (rows at most one step apart leave none empty)."""
+    """A region's rows as a piecewise-constant series of `step_s` segments counted from
+    time 0 (the file's first row, so every region of a file keeps its clock): the mean of
+    the rows in each segment (rows at most one step apart leave none empty). A segment
+    with no row of its own holds the last value; one before the region's first row (at
+    most a step: `check_gaps`) takes that row's."""
     k = np.floor(times / step_s).astype(np.int64)
-    k -= k[0]
     sums = np.bincount(k, weights=values)
     counts = np.bincount(k)
     filled = counts > 0
     out = np.where(filled, sums / np.maximum(counts, 1), 0.0)
-    last = np.maximum.accumulate(np.where(filled, np.arange(len(out)), 0))
-    return out[last]  # hold the last value over a segment with no row of its own
+    last = np.maximum.accumulate(np.where(filled, np.arange(len(out)), k[0]))
+    return out[last]
