@@ -441,6 +441,7 @@ class FaultConfig:
             "sign-flip",
             "free-rider",
             "statistics",
+            "impersonate",
         ),
         "raise",
     )
@@ -448,8 +449,9 @@ class FaultConfig:
     (a NaN in its weights), 'shape' (a weight array of the wrong shape), 'examples' (an
     absurd environment-step count), 'scale' (its update multiplied by `scale`),
     'sign-flip' (its update multiplied by -|scale|), 'free-rider' (it sends the round's
-    global weights back as its own) or 'statistics' (its moments claim a million times
-    their sample count and a variance of 0)."""
+    global weights back as its own), 'statistics' (its moments claim a million times
+    their sample count and a variance of 0) or 'impersonate' (its reply names the next
+    region as its own)."""
     scale: float = 1000.0
     """Factor on the region's update for kinds 'scale' and 'sign-flip'."""
 

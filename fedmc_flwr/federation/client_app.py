@@ -1,6 +1,8 @@
 """The ClientApp: each virtual client trains and evaluates PPO on its own regions' worlds.
 
-Client `p` of `n` serves regions `p, p + n, ...` (one region each when n equals the number
+Client `p` of `n` serves regions `p, p + n, ...`, `p` the partition the server names in
+each message (`federation.identity`; its own node config's when none is named), one
+region each when n equals the number
 of regions). Flower builds a new client object for every message, so a region's learner
 (optimizer moments, normalisers, RNG, the state of its worlds) lives in region-local
 files, `<state root>/<experiment>/<region>/round_NNN.npz`, between rounds. Files rather
@@ -178,18 +180,23 @@ class RegionClient(NumPyClient):
         self.num_partitions = num_partitions
         self.state_dir = state_dir
 
-    def _regions(self, cfg: ExperimentConfig, server_round: int) -> list[int]:
-        """This client's regions that have joined by `server_round`."""
-        joined = set(active_regions(cfg, server_round))
-        mine = regions_of(self.partition, self.num_partitions, cfg.world.regions)
-        return [region for region in mine if region in joined]
+    def _regions(self, cfg: ExperimentConfig, config: Config) -> list[int]:
+        """The regions of the partition the server assigned this node (its own
+        `partition-id` when the message names none) that have joined by this round."""
+        joined = set(active_regions(cfg, int(config["server-round"])))
+        partition = int(config.get("partition-id", self.partition))
+        count = int(config.get("num-partitions", self.num_partitions))
+        return [
+            region for region in regions_of(partition, count, cfg.world.regions) if region in joined
+        ]
 
     def fit(self, parameters: Weights, config: Config) -> tuple[Weights, int, dict[str, Scalar]]:
         cfg = experiment_from(config)
         server_round = int(config["server-round"])
-        regions = self._regions(cfg, server_round)
+        regions = self._regions(cfg, config)
         weights: Weights = []
-        metrics: dict[str, Scalar] = wire.covering(regions)
+        metrics: dict[str, Scalar] = {}
+        claimed: list[int] = []
         steps = 0
         network_arrays = len(parameters) - len(STATISTICS) * MOMENT_ARRAYS
         for region in regions:
@@ -202,15 +209,16 @@ class RegionClient(NumPyClient):
                 fault, trained, int(stats["env_steps"]), parameters, network_arrays
             )
             stats["env_steps"] = region_steps
+            claimed.append(faults.claimed_region(fault, region, cfg.world.regions))
             weights += trained
-            metrics |= wire.pack(region, stats)
+            metrics |= wire.pack(claimed[-1], stats)
             steps += region_steps
-        return weights, steps, metrics
+        return weights, steps, wire.covering(claimed) | metrics
 
     def evaluate(self, parameters: Weights, config: Config) -> tuple[float, int, dict[str, Scalar]]:
         cfg = experiment_from(config)
         server_round = int(config["server-round"])
-        regions = self._regions(cfg, server_round)
+        regions = self._regions(cfg, config)
         metrics: dict[str, Scalar] = wire.covering(regions)
         rewards = []
         for region in regions:

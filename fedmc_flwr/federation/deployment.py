@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedmc_flwr.federation.credentials import make_node_key, make_tls
+from fedmc_flwr.federation.credentials import NodeKey, make_node_key, make_tls
 from fedmc_flwr.federation.processes import FlowerProcesses
 from fedmc_flwr.federation.superlink import (
     BIN,
@@ -132,11 +132,23 @@ class DeploymentEngine:
         """SuperNode `node`, its key registered; the round it is due in waits for it."""
         self._start_node(launch, node)
 
+    def node_keys(self, launch: Launch) -> list[Path]:
+        """Each node's public key file, in partition order (made now if not yet): the
+        ServerApp ties every node to its partition by it (run-config `node-keys`)."""
+        return [self._key(launch, k).public for k in range(self.nodes)] if self.node_auth else []
+
+    def _key(self, launch: Launch, k: int) -> NodeKey:
+        """SuperNode `k`'s key pair, made on first use."""
+        made = NodeKey(
+            launch.home / "keys" / f"node-{k}.key", launch.home / "keys" / f"node-{k}.pub"
+        )
+        return made if made.public.is_file() else make_node_key(launch.home / "keys", f"node-{k}")
+
     def _start_node(self, launch: Launch, k: int) -> tuple[subprocess.Popen, Path]:
         """SuperNode `k` (its key made and registered first), and its log file."""
         key = None
         if self.node_auth:
-            key = make_node_key(launch.home / "keys", f"node-{k}")
+            key = self._key(launch, k)
             flwr(["supernode", "register", str(key.public), CONNECTION], launch.env, launch.root)
         sites = launch.out / NODES_DIR
         log_file = sites / f"node-{k}.log"

@@ -6,7 +6,8 @@ another model version (`shape`), a client that lies about its data (`examples`),
 poisoned or exploding update (`scale`), an attacker that pushes against the others
 (`sign-flip`: its update reversed and multiplied by `scale`), a free rider that trains
 nothing and sends the round's global weights back (`free-rider`) and one that poisons the
-pooled normalisers with a huge sample count and a variance of 0 (`statistics`). The
+pooled normalisers with a huge sample count and a variance of 0 (`statistics`), and an
+impostor that sends its update as the next region's (`impersonate`). The
 server never sees the config's fault list as such: it only sees the reply, exactly as it
 would from a broken or hostile client.
 """
@@ -46,6 +47,14 @@ def before_training(fault: FaultConfig | None, cfg: ExperimentConfig) -> None:
         raise InjectedFault(f"region {fault.region} fails in round {fault.round} (injected)")
     if fault.kind == "hang":
         time.sleep(cfg.federation.round_timeout_s + HANG_MARGIN_S)
+
+
+def claimed_region(fault: FaultConfig | None, region: int, regions: int) -> int:
+    """The region a reply names for `region`'s update: an `impersonate` fault names the
+    next region (its update relabelled as another's)."""
+    if fault is not None and fault.kind == "impersonate":
+        return (region + 1) % regions
+    return region
 
 
 def corrupt(

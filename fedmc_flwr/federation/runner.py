@@ -47,6 +47,7 @@ from fedmc_flwr.config import (
     to_yaml,
 )
 from fedmc_flwr.federation.console import plain_env, relay
+from fedmc_flwr.federation.identity import fingerprint
 from fedmc_flwr.federation.processes import FlowerProcesses, owner_token, stop_stale
 from fedmc_flwr.federation.run_files import PROGRESS_FILE, REGISTRY, STATUS_FILE, run_completed
 from fedmc_flwr.federation.summary import finish, last_round_table
@@ -129,6 +130,10 @@ class Engine(Protocol):
     def join(self, launch: Launch, node: int) -> None:
         """Start node `node` mid-run, for the next round."""
 
+    def node_keys(self, launch: Launch) -> list[Path]:
+        """Each node's authenticated public key file in partition order, or [] where the
+        server assigns the nodes their partitions itself (`federation.identity`)."""
+
 
 def node_joins(cfg: ExperimentConfig, nodes: int) -> list[int]:
     """The round each of `nodes` nodes joins in: its earliest region's (1 for a node
@@ -165,6 +170,14 @@ class SimulationEngine:
 
     def join(self, launch: Launch, node: int) -> None:
         """Nothing to start: every virtual node is there from round 1."""
+
+    def node_keys(self, launch: Launch) -> list[Path]:
+        return []  # virtual nodes: the server assigns them by rank
+
+
+def key_print(public_key: Path) -> str:
+    """A node's public key file as the run config lists it (`identity.fingerprint`)."""
+    return fingerprint(public_key.read_bytes())
 
 
 def _toml_string(value: str) -> str:
@@ -358,6 +371,7 @@ def _run(
                 f"owner = {_toml_string(owner_token())}\n"
                 f"client-state-dir = {_toml_string(engine.client_state_dir(out))}\n"
                 f"node-joins = {_toml_string(' '.join(map(str, joins)) if waiting else '')}\n"
+                f"node-keys = {_toml_string(' '.join(map(key_print, engine.node_keys(launch))))}\n"
             )
             federation = engine.federation_config()
             started = flwr(

@@ -14,6 +14,9 @@ Run-config keys (`[tool.flwr.app.config]` in pyproject.toml, `--run-config` over
 | | learners; empty: `fedmc-state/` in each node's working directory (`client_app`) |
 | `node-joins` | space-separated round each node joins in, set by `fedmc deploy` when some |
 | | start mid-run (`federation.join_rounds`): a round waits for its nodes; empty: no wait |
+| `node-keys` | space-separated SHA-256 fingerprints of each partition's SuperNode key, set |
+| | by `fedmc deploy`: a node serves the partition of its authenticated key; empty: the |
+| | server assigns its nodes partitions by rank (virtual nodes; `federation.identity`) |
 
 A relative `results_dir` is taken from the ServerApp's working directory, which is the
 directory the SuperLink was started from: for `flwr run .` from the project root (which
@@ -50,11 +53,12 @@ from flwr.server.compat import start_grid
 from fedmc_flwr.config import ExperimentConfig, join_round, load_config, to_yaml
 from fedmc_flwr.errors import InputError
 from fedmc_flwr.federation.console import number_rounds_from, quiet_flower
+from fedmc_flwr.federation.identity import by_key
 from fedmc_flwr.federation.processes import token_alive
 from fedmc_flwr.federation.recorder import RunRecorder
 from fedmc_flwr.federation.resume import prepare_experiment
 from fedmc_flwr.federation.run_files import run_completed
-from fedmc_flwr.federation.strategy import RegionStrategy, RoundFailed
+from fedmc_flwr.federation.strategy import Partitions, RegionStrategy, RoundFailed, ranked
 from fedmc_flwr.policies.ppo import STATISTICS, PPOLearner
 from fedmc_flwr.seeds import learner_seed
 from fedmc_flwr.sim.signals import region_catalogue
@@ -112,7 +116,23 @@ def initial_weights(cfg: ExperimentConfig) -> list[np.ndarray]:
     return PPOLearner(cfg, [0], seed=learner_seed(cfg.seed)).get_weights()
 
 
-def prepare_run(context: Context) -> tuple[Path, ServerAppComponents]:
+def node_partitions(grid: Grid, run_config: dict[str, Scalar]) -> Partitions:
+    """How the server knows each node's partition: by its authenticated key where the run
+    config lists the partitions' keys (`node-keys`), else by rank."""
+    keys = str(run_config.get("node-keys", "")).split()
+    if not keys:
+        return ranked
+
+    def by_authenticated_key(node_ids: list[str]) -> tuple[dict[str, int], int]:
+        known = {str(node.node_id): bytes(node.public_key) for node in grid.get_nodes()}
+        return by_key({n: known.get(n, b"") for n in node_ids}, keys), len(keys)
+
+    return by_authenticated_key
+
+
+def prepare_run(
+    context: Context, partitions: Partitions = ranked
+) -> tuple[Path, ServerAppComponents]:
     """Everything before the first round: config, results directory (fresh, overwritten or
     resumed), dispatcher rows, the weights the first round starts from; the experiment
     directory and what Flower's round loop runs."""
@@ -161,6 +181,7 @@ def prepare_run(context: Context) -> tuple[Path, ServerAppComponents]:
         owner_alive=partial(token_alive, str(context.run_config.get("owner", ""))),
         join_rounds=[join_round(cfg, r) for r in range(cfg.world.regions)],
         node_joins=[int(k) for k in str(context.run_config.get("node-joins", "")).split()],
+        partitions=partitions,
     )
     config = ServerConfig(
         num_rounds=cfg.train.rounds - done, round_timeout=cfg.federation.round_timeout_s
@@ -177,7 +198,7 @@ def main(grid: Grid, context: Context) -> None:
     ...)` runs), then the end of a completed run under a plain `flwr run`: no `owner`
     means no `fedmc run` waits to draw the plots and print the table, so the ServerApp
     does (`summary.finish`), into the run's log."""
-    out, components = prepare_run(context)
+    out, components = prepare_run(context, node_partitions(grid, context.run_config))
     start_grid(grid=grid, strategy=components.strategy, config=components.config)
     if not context.run_config.get("owner") and run_completed(out, str(context.run_id)):
         from fedmc_flwr.federation.summary import finish  # matplotlib: only where it draws

@@ -15,6 +15,13 @@ The regions evaluate the global policy themselves (with what each keeps for itse
 hands Flower no loss for it (Flower would print it as a "loss" history that is only the
 negative reward), and no centralised evaluation (`evaluate` returns None).
 
+Each node speaks only for its own regions. Before each round the strategy fixes which
+partition every node serves (`partitions`: by rank for the simulation's virtual nodes, by
+authenticated key under `fedmc deploy`; `identity`), names it in that node's instructions
+(`partition-id`, `num-partitions`), and refuses a reply that covers other regions: the
+node's own regions are failed with the reason, the regions it claimed stay with the nodes
+that serve them.
+
 A region that joins late (`federation.join_rounds`) is expected from its join round on:
 before it, no reply is missing for it. When the run names which round each node joins in
 (run-config `node-joins`, set by `fedmc deploy`), a round waits for the nodes joining by
@@ -56,7 +63,7 @@ from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import Strategy
 
-from fedmc_flwr.config import FederationConfig
+from fedmc_flwr.config import FederationConfig, regions_of
 from fedmc_flwr.evaluation import EvalResult
 from fedmc_flwr.federation import wire
 from fedmc_flwr.federation.accounting import (
@@ -66,9 +73,19 @@ from fedmc_flwr.federation.accounting import (
     sort_out,
 )
 from fedmc_flwr.federation.aggregation import RegionUpdate, Weights, aggregate, screen
+from fedmc_flwr.federation.identity import by_rank, impostor
 
 CLIENT_WAIT_S = 60.0
 """How long the first round waits for any virtual client to register."""
+
+
+Partitions = Callable[[list[str]], tuple[dict[str, int], int]]
+"""Node ids -> (the partition each serves, how many partitions there are)."""
+
+
+def ranked(node_ids: list[str]) -> tuple[dict[str, int], int]:
+    """The simulation's virtual nodes, assigned by rank (`identity.by_rank`)."""
+    return by_rank(node_ids), len(node_ids)
 
 
 class RoundFailed(RuntimeError):
@@ -155,6 +172,7 @@ class RegionStrategy(Strategy):
         owner_alive: Callable[[], bool] = lambda: True,
         join_rounds: Sequence[int] = (),
         node_joins: Sequence[int] = (),
+        partitions: Partitions = ranked,
     ) -> None:
         self.weights = [np.asarray(a) for a in initial]
         self.join_rounds = list(join_rounds) or [1] * num_regions
@@ -170,6 +188,9 @@ class RegionStrategy(Strategy):
         """Environment steps one region trains per round: no honest update claims more."""
         self.offset = first_round - 1
         self.owner_alive = owner_alive
+        self.partitions = partitions
+        self._serves: dict[str, list[int]] | None = None
+        """This round's regions of each asked node; None before a round was configured."""
         self._started = 0.0
 
     def __repr__(self) -> str:
@@ -202,6 +223,46 @@ class RegionStrategy(Strategy):
             )
         available = client_manager.all()
         return [available[cid] for cid in sorted(available)]
+
+    def _assign(
+        self, clients: list[ClientProxy], server_round: int, base: dict[str, Scalar]
+    ) -> list[tuple[ClientProxy, dict[str, Scalar]]]:
+        """Each client that serves a partition, with its instructions naming it; the
+        regions each will answer for this round are kept for `_vouched`. A node with no
+        partition (an unlisted key) is not asked."""
+        assigned, count = self.partitions([c.cid for c in clients])
+        active = set(self._active(server_round))
+        self._serves = {}
+        out = []
+        for client in clients:
+            if client.cid not in assigned:
+                log(WARNING, "round %d: node %s serves no partition", server_round, client.cid)
+                continue
+            partition = assigned[client.cid]
+            mine = regions_of(partition, count, self.num_regions)
+            self._serves[client.cid] = [r for r in mine if r in active]
+            out.append((client, {**base, "partition-id": partition, "num-partitions": count}))
+        return out
+
+    def _vouched(
+        self, results: Sequence[tuple[ClientProxy, FitRes | EvaluateRes]]
+    ) -> tuple[list[tuple[ClientProxy, FitRes | EvaluateRes]], dict[int, str]]:
+        """The replies that cover exactly their node's regions, and a reason for each
+        region of a node whose reply claimed others (`identity.impostor`)."""
+        if self._serves is None:  # aggregation driven without a configured round
+            return list(results), {}
+        kept, refused = [], {}
+        for proxy, res in results:
+            serves = self._serves.get(proxy.cid, [])
+            try:
+                why = impostor(proxy.cid, wire.regions(res.metrics), serves)
+            except ValueError:
+                why = None  # unreadable: `sort_out` names it
+            if why is None:
+                kept.append((proxy, res))
+            else:
+                refused |= {region: f"refused reply: {why}" for region in serves}
+        return kept, refused
 
     def _reporting(self, clients: list[ClientProxy], server_round: int) -> list[ClientProxy]:
         """`clients`, each reporting its replies to the recorder (`ReportingProxy`)."""
@@ -256,8 +317,12 @@ class RegionStrategy(Strategy):
                 len(clients),
                 self.num_regions,
             )
-        ins = FitIns(parameters, self.instructions(rnd))
-        return [(client, ins) for client in self._reporting(clients, rnd)]
+        assigned = self._assign(clients, rnd, self.instructions(rnd))
+        reporting = self._reporting([client for client, _ in assigned], rnd)
+        return [
+            (proxy, FitIns(parameters, config))
+            for proxy, (_, config) in zip(reporting, assigned, strict=True)
+        ]
 
     def aggregate_fit(
         self,
@@ -267,6 +332,7 @@ class RegionStrategy(Strategy):
     ) -> tuple[Parameters | None, dict[str, Scalar]]:
         self._check_owner()
         rnd = self.offset + server_round
+        results, refused = self._vouched(results)
         outcome = sort_out(
             self._active(rnd),
             [(parameters_to_ndarrays(res.parameters), res.metrics) for _, res in results],
@@ -275,7 +341,7 @@ class RegionStrategy(Strategy):
             self.max_steps,
         )
         kept, rejected = screen(outcome.updates, self.weights, self.federation, self.statistics)
-        failed = dict(sorted({**outcome.failed, **rejected}.items()))
+        failed = dict(sorted({**outcome.failed, **refused, **rejected}.items()))
         self._require(rnd, "training", len(kept), failed)
         self.weights = aggregate(kept, self.weights, self.federation, self.statistics)
         self.recorder.on_fit(rnd, kept, self.weights, time.perf_counter() - self._started)
@@ -287,9 +353,13 @@ class RegionStrategy(Strategy):
         self._check_owner()
         self._started = time.perf_counter()
         rnd = self.offset + server_round
-        ins = EvaluateIns(parameters, self.instructions(rnd))
         clients = self._clients(client_manager, rnd)
-        return [(client, ins) for client in self._reporting(clients, rnd)]
+        assigned = self._assign(clients, rnd, self.instructions(rnd))
+        reporting = self._reporting([client for client, _ in assigned], rnd)
+        return [
+            (proxy, EvaluateIns(parameters, config))
+            for proxy, (_, config) in zip(reporting, assigned, strict=True)
+        ]
 
     def aggregate_evaluate(
         self,
@@ -300,8 +370,8 @@ class RegionStrategy(Strategy):
         self._check_owner()
         rnd = self.offset + server_round
         active = self._active(rnd)
+        results, failed = self._vouched(results)
         evals: dict[int, EvalResult] = {}
-        failed: dict[int, str] = {}
         for _, res in results:
             try:
                 regions = wire.regions(res.metrics)
