@@ -36,7 +36,7 @@ from flwr.common import Scalar
 from scipy.stats import trim_mean
 
 from fedmc_flwr.config import FederationConfig
-from fedmc_flwr.policies.moments import MOMENT_ARRAYS, Moments, pool
+from fedmc_flwr.policies.moments import MOMENT_ARRAYS, Moments, absurd, pool
 
 Weights = list[np.ndarray]
 
@@ -193,6 +193,21 @@ def check_statistics(arrays: Sequence[np.ndarray]) -> str | None:
     return None
 
 
+def absurd_statistics(
+    updates: Sequence[RegionUpdate], previous: Sequence[np.ndarray], cut: int
+) -> dict[int, str]:
+    """Region -> why its running moments (from array `cut` on) are finite but absurd
+    (`moments.absurd`, group by group against the global moments in `previous`)."""
+    out: dict[int, str] = {}
+    for k in range(cut, len(previous), MOMENT_ARRAYS):
+        parts = [Moments.from_arrays(u.weights[k : k + MOMENT_ARRAYS]) for u in updates]
+        reference = Moments.from_arrays(previous[k : k + MOMENT_ARRAYS])
+        for index, why in absurd(parts, reference).items():
+            group = (k - cut) // MOMENT_ARRAYS
+            out.setdefault(updates[index].region, f"statistics group {group}: {why}")
+    return out
+
+
 def screen(
     updates: Sequence[RegionUpdate],
     previous: Sequence[np.ndarray],
@@ -202,7 +217,9 @@ def screen(
     """The updates that may count this round, in region order, and why each other was
     turned away.
 
-    Statistics with a negative count or variance are always turned away. Under
+    Statistics with a negative count or variance are always turned away, and so are
+    finite but absurd ones (`absurd_statistics`: a scale far beyond the round's; under
+    'multi-krum' each counts as one of the hostile regions). Under
     'multi-krum' free riders go next (`free_riders`; each counts as one of the
     `federation.byzantine` hostile regions), then Multi-Krum keeps the updates nearest to
     the others (`multi_krum`, on the networks' updates only, for the hostile regions not
@@ -217,8 +234,13 @@ def screen(
             kept.append(update)
         else:
             rejected[update.region] = f"rejected update: {problem}"
+    absurd_ones: dict[int, str] = {}
+    if kept:
+        absurd_ones = absurd_statistics(kept, previous, cut)
+        rejected |= {region: f"rejected update: {why}" for region, why in absurd_ones.items()}
+        kept = [u for u in kept if u.region not in absurd_ones]
     if federation.aggregation != "multi-krum" or not kept:
-        return kept, rejected
+        return kept, dict(sorted(rejected.items()))
     moves = deltas([u.weights[:cut] for u in kept], previous[:cut])
     sizes = norms(moves)
     riders = free_riders(sizes)
@@ -233,7 +255,8 @@ def screen(
     if not kept:
         return kept, dict(sorted(rejected.items()))
     flat = np.stack([np.concatenate([d.ravel() for d in move]) for move in moves])
-    byzantine = max(0, federation.byzantine - len(riders))  # riders count as the hostile
+    found = len(riders) + len(absurd_ones)  # each counts as one of the hostile regions
+    byzantine = max(0, federation.byzantine - found)
     chosen, scores = multi_krum(flat, byzantine)
     worst_kept = float(max(scores[chosen]))
     for k, update in enumerate(kept):
@@ -241,7 +264,7 @@ def screen(
             rejected[update.region] = (
                 f"multi-krum: score {scores[k]:.3g} above the {len(chosen)} kept of "
                 f"{len(kept)} (highest kept {worst_kept:.3g}, federation.byzantine "
-                f"{federation.byzantine}, free riders {len(riders)})"
+                f"{federation.byzantine}, hostile already found {found})"
             )
     return [kept[k] for k in chosen], dict(sorted(rejected.items()))
 

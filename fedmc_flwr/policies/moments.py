@@ -124,3 +124,38 @@ def pool(parts: Sequence[Moments]) -> Moments:
     for part in parts[1:]:
         total = total.merge(part)
     return total
+
+
+ABSURD_FACTOR = 1e4
+"""How far past the round's typical scale a region's statistics may lie on any feature
+before they are taken as absurd (`absurd`): far beyond any honest difference between
+regions, far below what overflows the pooled variance."""
+
+
+def scale(moments: Moments) -> np.ndarray:
+    """Per feature, `|mean| + std`: the size of what a stream saw."""
+    return np.abs(moments.mean) + np.sqrt(moments.var)
+
+
+def absurd(parts: Sequence[Moments], reference: Moments) -> dict[int, str]:
+    """The parts whose scale on some feature exceeds ABSURD_FACTOR times the typical one,
+    each with the feature and the figures. Typical: the lower median over the parts (so
+    a minority cannot lift it, as for counts), at least the `reference`'s own scale when it
+    holds data (the global moments so far: so a minority cannot push it down either), and
+    at least 1. Finite values pass every other check; a region's means of 1e200 would make
+    the pooled variance overflow, and every region would then refuse the global weights."""
+    sizes = np.stack([scale(p) for p in parts])
+    typical = np.sort(sizes, axis=0)[(len(parts) - 1) // 2]
+    if reference.count > 0:
+        typical = np.maximum(typical, scale(reference))
+    limit = ABSURD_FACTOR * np.maximum(typical, 1.0)
+    out = {}
+    for k, size in enumerate(sizes):
+        ratio = size / limit
+        if np.any(ratio > 1.0):
+            d = int(np.argmax(ratio))
+            out[k] = (
+                f"feature {d} has |mean| + std {size[d]:.3g}, over {ABSURD_FACTOR:g} x the "
+                f"round's typical {max(typical[d], 1.0):.3g}"
+            )
+    return out
