@@ -365,19 +365,31 @@ class FederationConfig:
     proximal_mu: float = 0.0
     """FedProx (Li et al. 2020): each client adds mu/2 * ||w - w_global||^2 to its loss, so
     its local weights stay near the round's global ones (0 turns it off)."""
-    aggregation: str = one_of(("mean", "trimmed-mean", "median", "multi-krum"), "mean")
+    aggregation: str = one_of(
+        ("mean", "trimmed-mean", "median", "multi-krum", "acceptance"), "mean"
+    )
     """How the regions' networks are combined: 'mean' (weighted by environment steps),
     'trimmed-mean' (per coordinate, the `trim_fraction` largest and smallest values of the
-    regions dropped first), 'median' (per coordinate) or 'multi-krum' (free riders and the
+    regions dropped first), 'median' (per coordinate), 'multi-krum' (free riders and the
     `byzantine` updates farthest from the others turned away as `failed` rows, the mean of
-    the rest; docs/security.md). The last three bound what a broken or hostile minority can
-    do to the global model; statistics are pooled with each region's count capped."""
+    the rest) or 'acceptance' (the server scores each region's network on its own
+    validation worlds and averages those that do not fall behind the previous global
+    network; docs/security.md). The robust rules bound what a broken or hostile minority
+    can do to the global model; statistics are pooled with each region's count capped."""
     byzantine: int = 1
-    """Hostile regions 'multi-krum' assumes per round: it keeps the regions - byzantine
-    updates with the lowest Krum scores (needs regions >= byzantine + 2)."""
+    """Hostile regions per round the robust rules must hold against, refused beyond each
+    rule's breakdown point (`breakdown_point`); 'multi-krum' keeps the regions - byzantine
+    updates with the lowest Krum scores. 'mean' makes no such claim and does not read it."""
     trim_fraction: float = 0.2
     """Share of regions cut at each end per coordinate by 'trimmed-mean' (at least one
     region must be cut: trim_fraction * regions >= 1)."""
+    acceptance_worlds: int = 2
+    """'acceptance': validation worlds per region the server scores each candidate on."""
+    acceptance_steps: int = 500
+    """'acceptance': jobs each of those worlds runs per score."""
+    acceptance_tolerance: float = 0.05
+    """'acceptance': a region's network is kept when its mean reward on the server's worlds
+    is at least the previous global network's less this share of that reward's size."""
     clip: float = 0.0
     """Clip each region's update (its change of the network weights this round) to at most
     `clip` times the round's median update norm before combining; 0 turns clipping off."""
@@ -554,6 +566,9 @@ _RANGES: dict[str, _Check] = {
     "federation.proximal_mu": (_non_negative, "a number >= 0"),
     "federation.trim_fraction": (lambda v: 0 < v < 0.5, "a number in (0, 0.5)"),
     "federation.byzantine": (lambda v: v >= 0, "an integer >= 0"),
+    "federation.acceptance_worlds": (lambda v: v >= 2, "an integer >= 2"),
+    "federation.acceptance_steps": (_positive, "an integer > 0"),
+    "federation.acceptance_tolerance": (_non_negative, "a number >= 0"),
     "federation.clip": (_non_negative, "a number >= 0 (0 turns clipping off)"),
     "federation.min_regions": (lambda v: v >= 1, "an integer >= 1"),
     "federation.round_timeout_s": (_positive, "a number of seconds > 0"),
@@ -564,6 +579,24 @@ _RANGES: dict[str, _Check] = {
     ),
     "eval.steps": (_positive, "an integer > 0"),
 }
+
+
+def breakdown_point(aggregation: str, regions: int, trim_fraction: float, min_regions: int) -> int:
+    """The most hostile regions a rule holds against among `regions` (docs/security.md):
+    'median' fewer than half; 'trimmed-mean' as many as it trims at each end;
+    'multi-krum' Krum's condition regions >= 2 f + 3 (identical copies beyond it are each
+    other's nearest neighbours and are kept); 'acceptance' all but `min_regions`, since
+    each update is judged on the server's worlds, not by its neighbours; 'mean' none."""
+    if aggregation == "median":
+        return (regions - 1) // 2
+    if aggregation == "trimmed-mean":
+        return int(trim_fraction * regions)
+    if aggregation == "multi-krum":
+        return max(0, (regions - 3) // 2)
+    if aggregation == "acceptance":
+        return regions - min_regions
+    return 0
+
 
 MAX_NODES = 16_384
 """Most nodes an estate may have (world.regions x world.nodes_per_region)."""
@@ -650,10 +683,14 @@ def _check_federation(cfg: DictConfig, source: str) -> None:
             f"{source}: federation.trim_fraction = {federation.trim_fraction} trims no region "
             f"of {regions}; expected at least {1 / regions:.3g} (or aggregation 'median')"
         )
-    if federation.aggregation == "multi-krum" and federation.byzantine + 2 > regions:
+    most = breakdown_point(
+        federation.aggregation, regions, federation.trim_fraction, federation.min_regions
+    )
+    if federation.aggregation != "mean" and federation.byzantine > most:
         raise ConfigError(
             f"{source}: federation.byzantine = {federation.byzantine} is not allowed with "
-            f"aggregation 'multi-krum' and {regions} regions; expected at most {regions - 2}"
+            f"aggregation {federation.aggregation!r} and {regions} regions; expected at most "
+            f"{most}, its breakdown point (docs/security.md)"
         )
     for k, fault in enumerate(cfg.faults):
         where = f"{source}: faults[{k}]"

@@ -237,11 +237,12 @@ def test_breakdown_points_stated_in_the_docs_hold_for_colluders() -> None:
         assert set(chosen).isdisjoint(hostile), (n, f, chosen)
 
 
-def test_multi_krum_needs_two_more_regions_than_it_assumes_hostile() -> None:
+def test_multi_krum_needs_regions_at_least_twice_the_hostile_plus_three() -> None:
     small_demo = Path(__file__).resolve().parents[1] / "conf" / "small_demo.yaml"
-    cfg = load_config(small_demo, ["federation.aggregation=multi-krum"])
-    assert cfg.federation.byzantine == 1
-    with pytest.raises(ConfigError, match=r"federation\.byzantine = 2 .* expected at most 1"):
-        load_config(small_demo, ["federation.aggregation=multi-krum", "federation.byzantine=2"])
+    krum = ["federation.aggregation=multi-krum"]
+    cfg = load_config(small_demo, [*krum, "federation.byzantine=0"])
+    assert cfg.federation.byzantine == 0
+    with pytest.raises(ConfigError, match=r"federation\.byzantine = 1 .* expected at most 0"):
+        load_config(small_demo, [*krum, "federation.byzantine=1"])  # 3 regions < 2 x 1 + 3
     for kind in ("sign-flip", "free-rider", "statistics"):
         load_config(small_demo, [f"faults=[{{kind: {kind}, region: 1, round: 1}}]"])

@@ -2,17 +2,18 @@
 
 `check_update` rejects malformed updates, `by_region` fixes the order of the survivors
 (float sums depend on order; replies arrive in any order), `screen` turns away the
-well-formed updates that must not count (impossible statistics; for 'multi-krum' free
-riders and the updates farthest from the others), and `aggregate` builds the next global
-weights from the rest:
+well-formed updates that must not count (impossible or absurd statistics; for
+'multi-krum' free riders and the updates farthest from the others; for 'acceptance' the
+networks the server's own worlds judge worse than the previous global one), and
+`aggregate` builds the next global weights from the rest:
 
 1. optionally clips each region's update (its change of the network weights this round)
    to `federation.clip` times the round's median update norm, so one region cannot drag
    the model by the size of its step;
 2. combines the networks per `federation.aggregation`: the mean weighted by environment
-   steps (FedAvg, also over the updates Multi-Krum kept), or per coordinate the trimmed
-   mean or the median of the regions (unweighted, as in Yin et al. 2018), which a minority
-   of broken or hostile regions cannot move arbitrarily far;
+   steps (FedAvg, also over the updates Multi-Krum or the acceptance check kept), or per
+   coordinate the trimmed mean or the median of the regions (unweighted, as in Yin et al.
+   2018), which a minority of broken or hostile regions cannot move arbitrarily far;
 3. shrinks the result toward the previous global weights for strategy 'shrink';
 4. pools the running observation and return moments: the global moments plus each
    region's moments of this round, between-region spread included (`policies/moments.py`),
@@ -27,7 +28,7 @@ regions.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
@@ -39,6 +40,9 @@ from fedmc_flwr.config import FederationConfig
 from fedmc_flwr.policies.moments import MOMENT_ARRAYS, Moments, absurd, pool
 
 Weights = list[np.ndarray]
+Score = Callable[[Weights], float]
+"""The server's judgement of a whole set of global weights (higher is better): the mean
+reward on its own validation worlds (`federation.acceptance`)."""
 
 FREE_RIDER_SHARE = 1e-3
 """Under 'multi-krum', an update whose norm is at most this share of the round's median
@@ -193,19 +197,60 @@ def check_statistics(arrays: Sequence[np.ndarray]) -> str | None:
     return None
 
 
+def moment_groups(
+    previous: Sequence[np.ndarray], fresh: Sequence[Sequence[np.ndarray]]
+) -> Iterator[tuple[int, Moments, list[Moments]]]:
+    """Each group of running moments (`[count, mean, var]` arrays): its index, the global
+    moments in `previous` and each region's in `fresh`."""
+    for k in range(0, len(previous), MOMENT_ARRAYS):
+        parts = [Moments.from_arrays(f[k : k + MOMENT_ARRAYS]) for f in fresh]
+        yield k // MOMENT_ARRAYS, Moments.from_arrays(previous[k : k + MOMENT_ARRAYS]), parts
+
+
 def absurd_statistics(
     updates: Sequence[RegionUpdate], previous: Sequence[np.ndarray], cut: int
 ) -> dict[int, str]:
     """Region -> why its running moments (from array `cut` on) are finite but absurd
     (`moments.absurd`, group by group against the global moments in `previous`)."""
     out: dict[int, str] = {}
-    for k in range(cut, len(previous), MOMENT_ARRAYS):
-        parts = [Moments.from_arrays(u.weights[k : k + MOMENT_ARRAYS]) for u in updates]
-        reference = Moments.from_arrays(previous[k : k + MOMENT_ARRAYS])
+    for group, reference, parts in moment_groups(
+        previous[cut:], [u.weights[cut:] for u in updates]
+    ):
         for index, why in absurd(parts, reference).items():
-            group = (k - cut) // MOMENT_ARRAYS
             out.setdefault(updates[index].region, f"statistics group {group}: {why}")
     return out
+
+
+def accepted(
+    updates: Sequence[RegionUpdate],
+    previous: Sequence[np.ndarray],
+    cut: int,
+    tolerance: float,
+    score: Score,
+) -> tuple[list[RegionUpdate], dict[int, str]]:
+    """The 'acceptance' rule's choice: each region's network scored by the server on its
+    own worlds, with the statistics this round would pool, beside the previous global
+    network with the same statistics (arrays from `cut` on are statistics); a network
+    whose score falls more than `tolerance` (`federation.acceptance_tolerance`) of the
+    previous one's size below it is turned away. Each is judged on its own merit, so
+    copies of a hostile update do not vouch for each other."""
+    pooled = pool_statistics(
+        previous[cut:], [u.weights[cut:] for u in updates], [u.num_examples for u in updates]
+    )
+    reference = score([*previous[:cut], *pooled])
+    floor = reference - tolerance * abs(reference)
+    kept, rejected = [], {}
+    for update in updates:
+        mine = score([*update.weights[:cut], *pooled])
+        if mine >= floor:
+            kept.append(update)
+        else:
+            rejected[update.region] = (
+                f"server check: reward {mine:.4g} on the server's worlds, below {floor:.4g} "
+                f"(the previous global network's {reference:.4g} less "
+                f"federation.acceptance_tolerance {tolerance:g} of it)"
+            )
+    return kept, rejected
 
 
 def screen(
@@ -213,6 +258,7 @@ def screen(
     previous: Sequence[np.ndarray],
     federation: FederationConfig,
     statistics: int,
+    score: Score | None = None,
 ) -> tuple[list[RegionUpdate], dict[int, str]]:
     """The updates that may count this round, in region order, and why each other was
     turned away.
@@ -223,7 +269,8 @@ def screen(
     'multi-krum' free riders go next (`free_riders`; each counts as one of the
     `federation.byzantine` hostile regions), then Multi-Krum keeps the updates nearest to
     the others (`multi_krum`, on the networks' updates only, for the hostile regions not
-    yet found); a turned-away region's moments are not pooled either.
+    yet found); under 'acceptance' the server's `score` judges each network (`accepted`).
+    A turned-away region's moments are not pooled either.
     """
     cut = len(previous) - statistics * MOMENT_ARRAYS
     kept: list[RegionUpdate] = []
@@ -239,6 +286,12 @@ def screen(
         absurd_ones = absurd_statistics(kept, previous, cut)
         rejected |= {region: f"rejected update: {why}" for region, why in absurd_ones.items()}
         kept = [u for u in kept if u.region not in absurd_ones]
+    if federation.aggregation == "acceptance" and kept:
+        if score is None:
+            raise ValueError("aggregation 'acceptance' needs the server's score")
+        tolerance = federation.acceptance_tolerance
+        kept, judged = accepted(kept, previous, cut, tolerance, score)
+        return kept, dict(sorted((rejected | judged).items()))
     if federation.aggregation != "multi-krum" or not kept:
         return kept, dict(sorted(rejected.items()))
     moves = deltas([u.weights[:cut] for u in kept], previous[:cut])
@@ -300,11 +353,10 @@ def pool_statistics(
     region saw this round in `steps` environment steps, with the between-region spread
     (never a plain average) and each count capped (`capped_counts`)."""
     out: Weights = []
-    for k in range(0, len(previous), MOMENT_ARRAYS):
-        parts = [Moments.from_arrays(f[k : k + MOMENT_ARRAYS]) for f in fresh]
+    for _, reference, parts in moment_groups(previous, fresh):
         counts = capped_counts(np.array([p.count for p in parts]), np.asarray(steps))
         capped = [Moments(c, p.mean, p.var) for c, p in zip(counts, parts, strict=True)]
-        out += pool([Moments.from_arrays(previous[k : k + MOMENT_ARRAYS]), *capped]).arrays()
+        out += pool([reference, *capped]).arrays()
     return out
 
 
@@ -328,7 +380,7 @@ def aggregate(
     if federation.clip > 0:
         networks = clip_to_median(networks, previous[:cut], federation.clip)
     steps = [u.num_examples for u in ordered]
-    if federation.aggregation in ("mean", "multi-krum"):
+    if federation.aggregation in ("mean", "multi-krum", "acceptance"):
         combined = weighted_mean(networks, steps)
     else:
         combined = coordinatewise(networks, federation.aggregation, federation.trim_fraction)

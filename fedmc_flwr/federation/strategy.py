@@ -72,7 +72,7 @@ from fedmc_flwr.federation.accounting import (
     one_line,
     sort_out,
 )
-from fedmc_flwr.federation.aggregation import RegionUpdate, Weights, aggregate, screen
+from fedmc_flwr.federation.aggregation import RegionUpdate, Score, Weights, aggregate, screen
 from fedmc_flwr.federation.identity import by_rank, impostor
 
 CLIENT_WAIT_S = 60.0
@@ -173,6 +173,7 @@ class RegionStrategy(Strategy):
         join_rounds: Sequence[int] = (),
         node_joins: Sequence[int] = (),
         partitions: Partitions = ranked,
+        score: Score | None = None,
     ) -> None:
         self.weights = [np.asarray(a) for a in initial]
         self.join_rounds = list(join_rounds) or [1] * num_regions
@@ -189,6 +190,8 @@ class RegionStrategy(Strategy):
         self.offset = first_round - 1
         self.owner_alive = owner_alive
         self.partitions = partitions
+        self.score = score
+        """The server's judgement of candidate weights, for aggregation 'acceptance'."""
         self._serves: dict[str, list[int]] | None = None
         """This round's regions of each asked node; None before a round was configured."""
         self._started = 0.0
@@ -340,7 +343,9 @@ class RegionStrategy(Strategy):
             self.weights,
             self.max_steps,
         )
-        kept, rejected = screen(outcome.updates, self.weights, self.federation, self.statistics)
+        kept, rejected = screen(
+            outcome.updates, self.weights, self.federation, self.statistics, self.score
+        )
         failed = dict(sorted({**outcome.failed, **refused, **rejected}.items()))
         self._require(rnd, "training", len(kept), failed)
         self.weights = aggregate(kept, self.weights, self.federation, self.statistics)

@@ -1,6 +1,7 @@
-"""One real Flower run carries two properties a federation must keep together: three
+"""One real Flower run carries two properties a federation must keep together: five
 regions whose estates differ in shape federate one two-tier network, and Multi-Krum turns
-away the region among them that sends every update sign-flipped x10. (The maths of each
+away the region among them that sends every update sign-flipped x10 (five regions: the
+fewest with which Multi-Krum holds against one hostile region, n >= 2f + 3). (The maths of each
 lives in test_heterogeneous and test_byzantine, without Flower.)"""
 
 from __future__ import annotations
@@ -19,15 +20,16 @@ from fedmc_flwr.policies.checkpoints import read_checkpoint, round_checkpoint
 from fedmc_flwr.policies.ppo import PPOLearner
 from fedmc_flwr.sim.signals import region_catalogue
 
-NAMES = [region.name for region in region_catalogue(3)]
+NAMES = [region.name for region in region_catalogue(5)]
 HOSTILE = 2
 """The region whose updates are sign-flipped: estate 3 x 2 of tiny_hetero's shapes."""
 
 
 @pytest.fixture(scope="module")
 def mixed_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """tiny_hetero through Flower's simulation engine, one virtual client per region, with
-    Multi-Krum screening the updates and region 2 sign-flipping its update in both rounds."""
+    """tiny_hetero grown to five regions (two more estate shapes) through Flower's
+    simulation engine, one virtual client per region, with Multi-Krum screening the
+    updates and region 2 sign-flipping its update in both rounds."""
     from flower_runs import run_isolated
 
     results = tmp_path_factory.mktemp("results")
@@ -37,6 +39,10 @@ def mixed_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
             {
                 "inherits": str(TINY_HETERO),
                 "name": "mixed_federation",
+                "world": {
+                    "regions": 5,
+                    "region_estates": [[1, 3], [2, 2], [3, 2], [4, 2], [5, 2]],
+                },
                 "federation": {"aggregation": "multi-krum", "byzantine": 1},
                 "faults": [
                     {"region": HOSTILE, "round": r, "kind": "sign-flip", "scale": 10.0}
@@ -46,7 +52,7 @@ def mixed_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         )
     )
     homes = tmp_path_factory.mktemp("home")
-    assert run_isolated(homes, [f"results_dir={results}"], 3, config) == 0
+    assert run_isolated(homes, [f"results_dir={results}"], 5, config) == 0
     return results / "mixed_federation"
 
 
@@ -62,11 +68,11 @@ def test_multi_krum_turns_the_sign_flipped_region_away_every_round(mixed_run: Pa
         assert "federation.byzantine 1" in reason
     for rnd in ("1", "2"):
         trained = {r["client"] for r in rows if r["round"] == rnd and r["phase"] == "train"}
-        assert trained == {"all", NAMES[0], NAMES[1]}
+        assert trained == {"all", *NAMES} - {NAMES[HOSTILE]}
 
 
 @pytest.mark.flower
-def test_one_network_federates_over_three_estate_shapes(mixed_run: Path) -> None:
+def test_one_network_federates_over_five_estate_shapes(mixed_run: Path) -> None:
     """Every region's client was judged on its own estate each round, and the global
     network of the last round, on each region's own estate, gives exactly the held-out
     reward that region reported for it."""
