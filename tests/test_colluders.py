@@ -62,7 +62,7 @@ def _colluding(regions: int, hostile: int) -> tuple[list[RegionUpdate], list[np.
     previous = [np.zeros(DIM, np.float32)]
     updates = []
     for region in range(regions):
-        step = 0.5 * TARGET + 0.1 * rng.normal(size=DIM)
+        step = 0.5 * TARGET + 0.03 * rng.normal(size=DIM)
         if region >= regions - hostile:
             step = -10 * 0.5 * TARGET
         updates.append(RegionUpdate(region, [step.astype(np.float32)], 100))
@@ -94,3 +94,14 @@ def test_the_servers_score_is_the_same_for_the_same_weights() -> None:
     weights = initial_weights(cfg)
     first = score(weights)
     assert np.isfinite(first) and score(weights) == first
+
+
+def test_the_acceptance_check_turns_away_free_riders() -> None:
+    """The global weights sent back score exactly as the previous network: the check
+    alone would keep them, and they would drag the mean back; they go as under
+    Multi-Krum."""
+    updates, previous = _colluding(5, 0)
+    updates[4] = RegionUpdate(4, [previous[0].copy()], 100)
+    federation = FederationConfig(aggregation="acceptance")
+    _, rejected = screen(updates, previous, federation, statistics=0, score=_toy_score)
+    assert list(rejected) == [4] and rejected[4].startswith("free rider")

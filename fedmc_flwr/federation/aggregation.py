@@ -229,26 +229,29 @@ def accepted(
     score: Score,
 ) -> tuple[list[RegionUpdate], dict[int, str]]:
     """The 'acceptance' rule's choice: each region's network scored by the server on its
-    own worlds, with the statistics this round would pool, beside the previous global
-    network with the same statistics (arrays from `cut` on are statistics); a network
-    whose score falls more than `tolerance` (`federation.acceptance_tolerance`) of the
-    previous one's size below it is turned away. Each is judged on its own merit, so
-    copies of a hostile update do not vouch for each other."""
+    own worlds, with the statistics this round would pool (arrays from `cut` on are
+    statistics), beside the previous global network with the same statistics; a network
+    whose score falls more than `tolerance` (`federation.acceptance_tolerance`) of its
+    size below the better of the previous network's and the best candidate's is turned
+    away. Each is judged on its own merit, so copies of a hostile update do not vouch for
+    each other, and only a network that does better on the server's worlds raises the
+    bar."""
     pooled = pool_statistics(
         previous[cut:], [u.weights[cut:] for u in updates], [u.num_examples for u in updates]
     )
     reference = score([*previous[:cut], *pooled])
-    floor = reference - tolerance * abs(reference)
+    scores = [score([*update.weights[:cut], *pooled]) for update in updates]
+    best = max(reference, *scores)
+    floor = best - tolerance * abs(best)
     kept, rejected = [], {}
-    for update in updates:
-        mine = score([*update.weights[:cut], *pooled])
+    for update, mine in zip(updates, scores, strict=True):
         if mine >= floor:
             kept.append(update)
         else:
             rejected[update.region] = (
                 f"server check: reward {mine:.4g} on the server's worlds, below {floor:.4g} "
-                f"(the previous global network's {reference:.4g} less "
-                f"federation.acceptance_tolerance {tolerance:g} of it)"
+                f"(the best of the previous global network's {reference:.4g} and the "
+                f"candidates', less federation.acceptance_tolerance {tolerance:g} of it)"
             )
     return kept, rejected
 
@@ -269,7 +272,8 @@ def screen(
     'multi-krum' free riders go next (`free_riders`; each counts as one of the
     `federation.byzantine` hostile regions), then Multi-Krum keeps the updates nearest to
     the others (`multi_krum`, on the networks' updates only, for the hostile regions not
-    yet found); under 'acceptance' the server's `score` judges each network (`accepted`).
+    yet found); under 'acceptance' free riders go too, then the server's `score` judges
+    each network (`accepted`).
     A turned-away region's moments are not pooled either.
     """
     cut = len(previous) - statistics * MOMENT_ARRAYS
@@ -286,13 +290,7 @@ def screen(
         absurd_ones = absurd_statistics(kept, previous, cut)
         rejected |= {region: f"rejected update: {why}" for region, why in absurd_ones.items()}
         kept = [u for u in kept if u.region not in absurd_ones]
-    if federation.aggregation == "acceptance" and kept:
-        if score is None:
-            raise ValueError("aggregation 'acceptance' needs the server's score")
-        tolerance = federation.acceptance_tolerance
-        kept, judged = accepted(kept, previous, cut, tolerance, score)
-        return kept, dict(sorted((rejected | judged).items()))
-    if federation.aggregation != "multi-krum" or not kept:
+    if federation.aggregation not in ("multi-krum", "acceptance") or not kept:
         return kept, dict(sorted(rejected.items()))
     moves = deltas([u.weights[:cut] for u in kept], previous[:cut])
     sizes = norms(moves)
@@ -305,6 +303,12 @@ def screen(
         )
     moves = [m for k, m in enumerate(moves) if k not in riders]
     kept = [u for k, u in enumerate(kept) if k not in riders]
+    if federation.aggregation == "acceptance" and kept:
+        if score is None:
+            raise ValueError("aggregation 'acceptance' needs the server's score")
+        tolerance = federation.acceptance_tolerance
+        kept, judged = accepted(kept, previous, cut, tolerance, score)
+        return kept, dict(sorted((rejected | judged).items()))
     if not kept:
         return kept, dict(sorted(rejected.items()))
     flat = np.stack([np.concatenate([d.ravel() for d in move]) for move in moves])

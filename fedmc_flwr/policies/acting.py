@@ -95,8 +95,13 @@ class TwoTierActor:
         return summaries, np.empty((batch, regions), dtype=np.bool_)
 
     def decide(
-        self, obs: Array, mask: Array, affine: Affine, noise: Array,
-        hidden: Maybe = None, teacher: Maybe = None,
+        self,
+        obs: Array,
+        mask: Array,
+        affine: Affine,
+        noise: Array,
+        hidden: Maybe = None,
+        teacher: Maybe = None,
     ) -> Decision:
         """A sample of every env's action, drawn with `noise` (`[B, noise_width]`
         uniforms); `affine` is the normaliser's per-feature `(shift, scale)`;
@@ -168,8 +173,13 @@ class TorchActor:
 
     @torch.inference_mode()
     def decide(
-        self, obs: Array, mask: Array, affine: Affine, noise: Array,
-        hidden: Maybe = None, teacher: Maybe = None,
+        self,
+        obs: Array,
+        mask: Array,
+        affine: Affine,
+        noise: Array,
+        hidden: Maybe = None,
+        teacher: Maybe = None,
     ) -> Decision:
         x, m = torch.from_numpy(standardise(obs, affine)), torch.from_numpy(mask)
         forced = None if teacher is None else torch.from_numpy(teacher.astype(np.int64))

@@ -1,0 +1,270 @@
+"""The attack table of docs/security.md: every attack against every robust rule, 5 and 10
+regions, 20% and 40% hostile, paired against clean FedAvg on the same test worlds.
+
+Each cell trains one federation through the plain functions the Flower apps call
+(`train_region`, `aggregation.screen` with the server's own `acceptance.server_score`,
+`aggregation.aggregate`, `identity.impostor`), the hostile regions (the last ones) sending
+their attack in every round, and judges the final global policy on every region's test
+worlds. A cell whose hostile count exceeds the rule's breakdown point is not run: the
+config refuses it, and the table shows that refusal's line. Round 1's honest training
+starts from the same weights in every cell of a size, so it is trained once per size.
+
+    python bench/bench_attacks.py
+
+Attacks (each hostile region, every round; the omniscient ones see the honest updates):
+sign-flip (its own update x -10), colluding (all send one identical update: -10 x the
+honest mean), noise (Gaussian, 10 x the median honest norm), lie ("a little is
+enough", Baruch et al. 2019: the honest mean less z_max honest standard deviations per
+coordinate), min-max (Shejwalkar and Houmansadr 2021: the honest mean plus gamma x minus
+the honest standard deviation, gamma the largest that keeps it no farther from any honest
+update than the honest ones are from each other), free-rider (the global weights sent
+back), statistics (observation means of 1e200) and impersonate (its reply relabelled as
+the next region's: the server's identity check). Prints Markdown rows as they finish,
+then one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from bench_byzantine import _per_seed, _train
+from scipy.stats import norm
+
+from fedmc_flwr.config import ConfigError, ExperimentConfig, FaultConfig, load_config
+from fedmc_flwr.federation import faults
+from fedmc_flwr.federation.acceptance import server_score
+from fedmc_flwr.federation.aggregation import RegionUpdate, Weights, aggregate, deltas, screen
+from fedmc_flwr.federation.identity import impostor
+from fedmc_flwr.federation.server_app import initial_weights
+from fedmc_flwr.policies.moments import MOMENT_ARRAYS
+from fedmc_flwr.policies.ppo import STATISTICS
+
+ATTACKS = (
+    "sign-flip",
+    "colluding",
+    "noise",
+    "lie",
+    "min-max",
+    "free-rider",
+    "statistics",
+    "impersonate",
+)
+RULES = ("median", "multi-krum", "acceptance")
+SCALE = 10.0
+SMALL = [
+    "world.nodes_per_region=3",
+    "ppo.num_envs=16",
+    "train.steps_per_round=500",
+    "train.rounds=3",
+    "eval.seeds=10",
+    "eval.steps=500",
+]
+"""small_demo's world and learner, trained and judged briefly enough for 80 cells."""
+
+
+def _flat(update: Weights) -> np.ndarray:
+    return np.concatenate([a.ravel() for a in update])
+
+
+def _unflat(flat: np.ndarray, like: Weights, start: Weights) -> Weights:
+    """`start` plus the flat update `flat`, in the arrays' shapes and dtypes."""
+    out, k = [], 0
+    for ref, base in zip(like, start, strict=True):
+        size = ref.size
+        out.append((base + flat[k : k + size].reshape(ref.shape)).astype(ref.dtype))
+        k += size
+    return out
+
+
+def _min_max(honest: np.ndarray) -> np.ndarray:
+    """Shejwalkar and Houmansadr's min-max update: mean - gamma x std, gamma found by
+    bisection as the largest whose farthest distance to an honest update is at most the
+    largest distance between two honest updates."""
+    mean, direction = honest.mean(axis=0), -honest.std(axis=0)
+    bound = max(np.linalg.norm(a - b) for a in honest for b in honest)
+    low, high = 0.0, 100.0
+    for _ in range(40):
+        gamma = (low + high) / 2
+        far = max(np.linalg.norm(mean + gamma * direction - h) for h in honest)
+        low, high = (gamma, high) if far <= bound else (low, gamma)
+    return mean + low * direction
+
+
+def _hostile_moves(attack: str, honest: np.ndarray, own: np.ndarray, f: int) -> np.ndarray:
+    """The network updates (one row per hostile region) an omniscient attack sends."""
+    n = len(honest) + f
+    if attack == "colluding":
+        return np.tile(-SCALE * honest.mean(axis=0), (f, 1))
+    if attack == "noise":
+        size = SCALE * float(np.median(np.linalg.norm(honest, axis=1)))
+        noise = np.random.default_rng(0).normal(size=(f, honest.shape[1]))
+        return noise * size / np.sqrt(honest.shape[1])
+    if attack == "lie":
+        supporters = n // 2 + 1 - f
+        z = float(norm.ppf((n - supporters) / n))
+        return np.tile(honest.mean(axis=0) - z * honest.std(axis=0), (f, 1))
+    if attack == "min-max":
+        return np.tile(_min_max(honest), (f, 1))
+    return own
+
+
+def attacked(
+    attack: str, updates: list[RegionUpdate], start: Weights, hostile: list[int]
+) -> tuple[list[RegionUpdate], dict[int, str]]:
+    """The replies the server accepts for the round, and the regions its identity check
+    refused (impersonation); the hostile regions' replies carry the attack."""
+    if attack == "none":
+        return updates, {}
+    network = len(start) - len(STATISTICS) * MOMENT_ARRAYS
+    out = list(updates)
+    if attack == "impersonate":
+        regions = len(updates)
+        refused = {
+            h: f"refused reply: {impostor(str(h), [(h + 1) % regions], [h])}" for h in hostile
+        }
+        return [u for u in out if u.region not in hostile], refused
+    if attack in ("sign-flip", "free-rider", "statistics"):
+        kind = {"statistics": "absurd"}.get(attack, attack)
+        for h in hostile:
+            sent = out[h].weights
+            if kind == "absurd":
+                sent = [np.array(a, copy=True) for a in sent]
+                sent[network + 1] = np.full_like(sent[network + 1], 1e200)  # observation means
+            else:
+                fault = FaultConfig(region=h, kind=kind, scale=SCALE)
+                sent, _ = faults.corrupt(fault, sent, 1, start, network)
+            out[h] = RegionUpdate(h, sent, out[h].num_examples)
+        return out, {}
+    moves = deltas([u.weights[:network] for u in out], start[:network])
+    honest = np.stack([_flat(m) for k, m in enumerate(moves) if k not in hostile])
+    own = np.stack([_flat(moves[h]) for h in hostile])
+    for h, move in zip(hostile, _hostile_moves(attack, honest, own, len(hostile)), strict=True):
+        net = _unflat(move, out[h].weights[:network], start[:network])
+        out[h] = RegionUpdate(h, net + out[h].weights[network:], out[h].num_examples)
+    return out, {}
+
+
+def federate(
+    cfg: ExperimentConfig, attack: str, hostile: list[int], first: list[RegionUpdate], tmp: Path
+) -> tuple[Weights, int, int]:
+    """The final global weights of one cell and the replies turned away (hostile, honest)."""
+    statistics = len(STATISTICS)
+    weights = initial_weights(cfg)
+    score = server_score(cfg) if cfg.federation.aggregation == "acceptance" else None
+    state = tmp / f"{cfg.federation.aggregation}-{attack}-{len(hostile)}"
+    shutil.copytree(tmp / "round1", state)
+    hostile_out = honest_out = 0
+    for rnd in range(1, cfg.train.rounds + 1):
+        trained = first if rnd == 1 else _train(cfg, weights, rnd, state)
+        replies, refused = attacked(attack, trained, weights, hostile)
+        kept, rejected = screen(replies, weights, cfg.federation, statistics, score)
+        out = {**refused, **rejected}
+        hostile_out += sum(1 for r in out if r in hostile and attack != "none")
+        honest_out += sum(1 for r in out if r not in hostile or attack == "none")
+        weights = aggregate(kept, weights, cfg.federation, statistics)
+    return weights, hostile_out, honest_out
+
+
+def refusal(config: Path, overrides: list[str]) -> str | None:
+    """The config's one-line refusal of a cell, or None where it is allowed."""
+    try:
+        load_config(config, overrides)
+    except ConfigError as exc:
+        return str(exc).split(": ", 1)[1]
+    return None
+
+
+def run(
+    config: Path, sizes: list[int], shares: list[float], rules: list[str], tmp: Path
+) -> list[dict]:
+    rows: list[dict] = []
+    for n in sizes:
+        base = [*SMALL, f"world.regions={n}"]
+        clean_cfg = load_config(config, base)
+        first = _train(clean_cfg, initial_weights(clean_cfg), 1, tmp / "round1")
+        clean, _, _ = federate(clean_cfg, "none", [], first, tmp)
+        reference = _per_seed(clean_cfg, clean)
+        cells = [("none", rule, 0) for rule in rules]
+        cells += [(a, rule, round(s * n)) for s in shares for a in ATTACKS for rule in rules]
+        for attack, rule, f in cells:
+            overrides = [*base, f"federation.aggregation={rule}", f"federation.byzantine={f}"]
+            row = {"regions": n, "hostile": f, "attack": attack, "rule": rule}
+            refused = refusal(config, overrides)
+            if refused is not None:
+                rows.append({**row, "refused": refused})
+                print(json.dumps(rows[-1]), flush=True)
+                continue
+            cfg = load_config(config, overrides)
+            began = time.perf_counter()
+            hostile = list(range(n - f, n))
+            weights, hostile_out, honest_out = federate(cfg, attack, hostile, first, tmp)
+            rewards = _per_seed(cfg, weights)
+            diff = rewards - reference
+            half = 1.96 * diff.std(ddof=1) / np.sqrt(len(diff))
+            rows.append(
+                {
+                    **row,
+                    "reward": round(float(rewards.mean()), 4),
+                    "vs_clean_pct": round(100 * diff.mean() / abs(reference.mean()), 1),
+                    "paired_diff": round(float(diff.mean()), 4),
+                    "ci95": round(float(half), 4),
+                    "hostile_rejected": f"{hostile_out}/{f * cfg.train.rounds}",
+                    "honest_rejected": f"{honest_out}/{(n - f) * cfg.train.rounds}",
+                    "clean_reward": round(float(reference.mean()), 4),
+                    "wall_s": round(time.perf_counter() - began, 1),
+                }
+            )
+            print(json.dumps(rows[-1]), flush=True)
+        shutil.rmtree(tmp / "round1")
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    """One Markdown row per cell; a refused cell carries its refusal's line."""
+    head = "| regions | hostile | attack | rule | reward | vs clean | paired diff (95% CI) "
+    head += "| hostile rejected | honest rejected |\n|---:|---:|---|---|---:|---:|---:|---:|---:|"
+    lines = [head]
+    for r in rows:
+        cells = [str(r["regions"]), str(r["hostile"]), r["attack"], r["rule"]]
+        if "refused" in r:
+            cells += [f"refused: {r['refused']}", "", "", "", ""]
+        else:
+            cells += [
+                f"{r['reward']:.4f}",
+                f"{r['vs_clean_pct']:+.1f}%",
+                f"{r['paired_diff']:+.4f} ± {r['ci95']:.4f}",
+                r["hostile_rejected"] if r["attack"] != "none" else "",
+                r["honest_rejected"],
+            ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=Path, default=Path("conf/small_demo.yaml"))
+    parser.add_argument("--regions", type=int, action="append")
+    parser.add_argument("--share", type=float, action="append", help="hostile share")
+    parser.add_argument("--rule", action="append", choices=RULES)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    print(f"load average: {os.getloadavg()}", flush=True)
+    began = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="bench-attacks-") as tmp:
+        sizes, shares = args.regions or [5, 10], args.share or [0.2, 0.4]
+        rows = run(args.config, sizes, shares, args.rule or list(RULES), Path(tmp))
+    print(table(rows))
+    print(f"load average: {os.getloadavg()}, wall {time.perf_counter() - began:.0f} s")
+    print(json.dumps({"config": str(args.config), "small": SMALL, "rows": rows}))
+
+
+if __name__ == "__main__":
+    main()
