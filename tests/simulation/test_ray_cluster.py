@@ -80,18 +80,26 @@ def _port_block(size: int) -> int:
         return first
 
 
-def _pinned_ports(head: bool) -> tuple[list[str], set[int]]:
-    """`ray start` flags that pin every port a node opens, and those ports."""
+def _pinned_ports(head: bool) -> tuple[list[str], dict[str, str], set[int]]:
+    """`ray start` flags and environment that pin every port a node opens, and those
+    ports. The head's autoscaler monitor serves its metrics on 44217 unless
+    `AUTOSCALER_METRIC_PORT` says otherwise; no flag moves it."""
     named = ["node-manager", "object-manager", "runtime-env-agent"]
     named += ["dashboard-agent-grpc", "dashboard-agent-listen", "metrics-export"]
-    named += ["port", "ray-client-server"] if head else []
+    named += ["ray-client-server"] if head else []
     ports = {name: free_port() for name in named}
     first = _port_block(WORKER_PORTS)
     last = first + WORKER_PORTS - 1
-    flags = [f"--{name}-port={port}" for name, port in ports.items() if name != "port"]
+    flags = [f"--{name}-port={port}" for name, port in ports.items()]
     flags += [f"--min-worker-port={first}", f"--max-worker-port={last}"]
-    flags += [f"--port={ports['port']}"] if head else []
-    return flags, {*ports.values(), *range(first, last + 1)}
+    pinned = {*ports.values(), *range(first, last + 1)}
+    env = {}
+    if head:
+        gcs, monitor = free_port(), free_port()
+        flags.append(f"--port={gcs}")
+        env["AUTOSCALER_METRIC_PORT"] = str(monitor)
+        pinned |= {gcs, monitor}
+    return flags, env, pinned
 
 
 def _ray_start(flags: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
@@ -142,8 +150,8 @@ def test_fedmc_run_uses_both_nodes_of_a_ray_cluster_started_by_hand(
         token = ray_token(root)
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
         env |= {"TMPDIR": short, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
-        head_flags, head_ports = _pinned_ports(head=True)
-        second_flags, second_ports = _pinned_ports(head=False)
+        head_flags, head_env, head_ports = _pinned_ports(head=True)
+        second_flags, second_env, second_ports = _pinned_ports(head=False)
         gcs = next(f for f in head_flags if f.startswith("--port=")).split("=")[1]
         address = f"127.0.0.1:{gcs}"
         nodes: list[subprocess.Popen] = []
@@ -158,7 +166,9 @@ def test_fedmc_run_uses_both_nodes_of_a_ray_cluster_started_by_hand(
                         f"--temp-dir={root / 'head'}",
                     ]
                     nodes.append(
-                        _ray_start(head + head_flags, env | LOOPBACK_SWITCH, root / "head.log")
+                        _ray_start(
+                            head + head_flags, env | head_env | LOOPBACK_SWITCH, root / "head.log"
+                        )
                     )
                     second = [
                         f"--address={HEAD_FROM_SECOND_NODE}:{gcs}",
@@ -166,7 +176,9 @@ def test_fedmc_run_uses_both_nodes_of_a_ray_cluster_started_by_hand(
                         f'--resources={{"{SECOND_NODE}": 1}}',
                         f"--temp-dir={root / 'second'}",
                     ]
-                    nodes.append(_ray_start(second + second_flags, env, root / "second.log"))
+                    nodes.append(
+                        _ray_start(second + second_flags, env | second_env, root / "second.log")
+                    )
                     run_env = env | LOOPBACK_SWITCH | {"RAY_ADDRESS": address}
                     command = [sys.executable, "-m", "fedmc_flwr.cli", "run"]
                     command += ["--config", str(TINY_TRACED), "--set", f"results_dir={tmp_path}"]
