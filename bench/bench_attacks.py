@@ -2,7 +2,7 @@
 regions, 20% and 40% hostile, paired against clean FedAvg on the same test worlds.
 
 Each cell trains one federation through the plain functions the Flower apps call
-(`train_region`, `aggregation.screen` with the server's own `acceptance.server_score`,
+(`train_region`, `aggregation.screen` with the server's own `acceptance.rule_score`,
 `aggregation.aggregate`, `identity.impostor`), the hostile regions (the last ones) sending
 their attack in every round, and judges the final global policy on every region's test
 worlds. A cell whose hostile count exceeds the rule's breakdown point is not run: the
@@ -40,7 +40,7 @@ from scipy.stats import norm
 
 from fedmc_flwr.config import ConfigError, ExperimentConfig, FaultConfig, load_config
 from fedmc_flwr.federation import faults
-from fedmc_flwr.federation.acceptance import server_score
+from fedmc_flwr.federation.acceptance import rule_score
 from fedmc_flwr.federation.aggregation import RegionUpdate, Weights, aggregate, deltas, screen
 from fedmc_flwr.federation.identity import impostor
 from fedmc_flwr.federation.server_app import initial_weights
@@ -158,7 +158,7 @@ def federate(
     """The final global weights of one cell and the replies turned away (hostile, honest)."""
     statistics = len(STATISTICS)
     weights = initial_weights(cfg)
-    score = server_score(cfg) if cfg.federation.aggregation == "acceptance" else None
+    score = rule_score(cfg)
     state = tmp / f"{cfg.federation.aggregation}-{attack}-{len(hostile)}"
     shutil.copytree(tmp / "round1", state)
     hostile_out = honest_out = 0

@@ -351,6 +351,26 @@ class TrainConfig:
     (`region_steps`). Centralised PPO pools every region alike and refuses it."""
 
 
+Breakdown = Callable[[int, float, int], int]
+"""(regions, trim_fraction, min_regions) -> the most hostile regions a rule holds against."""
+
+BREAKDOWN_POINTS: dict[str, Breakdown | None] = {
+    "mean": None,
+    "trimmed-mean": lambda regions, trim_fraction, _: int(trim_fraction * regions),
+    "median": lambda regions, _, __: (regions - 1) // 2,
+    "multi-krum": lambda regions, _, __: max(0, (regions - 3) // 2),
+    "acceptance": lambda regions, _, min_regions: regions - min_regions,
+}
+"""The aggregation rules `federation.aggregation` may name, each with its breakdown point
+(docs/security.md), which the config enforces before any work starts: 'mean' makes no
+claim (None: it does not read `federation.byzantine`); 'trimmed-mean' holds as many as it
+trims at each end; 'median' fewer than half; 'multi-krum' Krum's condition regions >=
+2 f + 3 (identical copies beyond it are each other's nearest neighbours and are kept);
+'acceptance' all but `min_regions`, since each update is judged on the server's worlds,
+not by its neighbours. `federation/aggregation.py:AGGREGATIONS` implements each name
+(`tests/test_aggregation_rules.py` holds the two equal)."""
+
+
 @dataclass
 class FederationConfig:
     """How the server combines the regions' weights."""
@@ -365,9 +385,7 @@ class FederationConfig:
     proximal_mu: float = 0.0
     """FedProx (Li et al. 2020): each client adds mu/2 * ||w - w_global||^2 to its loss, so
     its local weights stay near the round's global ones (0 turns it off)."""
-    aggregation: str = one_of(
-        ("mean", "trimmed-mean", "median", "multi-krum", "acceptance"), "mean"
-    )
+    aggregation: str = one_of(tuple(BREAKDOWN_POINTS), "mean")
     """How the regions' networks are combined: 'mean' (weighted by environment steps),
     'trimmed-mean' (per coordinate, the `trim_fraction` largest and smallest values of the
     regions dropped first), 'median' (per coordinate), 'multi-krum' (free riders and the
@@ -582,20 +600,10 @@ _RANGES: dict[str, _Check] = {
 
 
 def breakdown_point(aggregation: str, regions: int, trim_fraction: float, min_regions: int) -> int:
-    """The most hostile regions a rule holds against among `regions` (docs/security.md):
-    'median' fewer than half; 'trimmed-mean' as many as it trims at each end;
-    'multi-krum' Krum's condition regions >= 2 f + 3 (identical copies beyond it are each
-    other's nearest neighbours and are kept); 'acceptance' all but `min_regions`, since
-    each update is judged on the server's worlds, not by its neighbours; 'mean' none."""
-    if aggregation == "median":
-        return (regions - 1) // 2
-    if aggregation == "trimmed-mean":
-        return int(trim_fraction * regions)
-    if aggregation == "multi-krum":
-        return max(0, (regions - 3) // 2)
-    if aggregation == "acceptance":
-        return regions - min_regions
-    return 0
+    """The most hostile regions `aggregation` holds against among `regions`
+    (`BREAKDOWN_POINTS`; 0 for a rule that makes no claim)."""
+    bound = BREAKDOWN_POINTS[aggregation]
+    return 0 if bound is None else bound(regions, trim_fraction, min_regions)
 
 
 MAX_NODES = 16_384
@@ -686,7 +694,7 @@ def _check_federation(cfg: DictConfig, source: str) -> None:
     most = breakdown_point(
         federation.aggregation, regions, federation.trim_fraction, federation.min_regions
     )
-    if federation.aggregation != "mean" and federation.byzantine > most:
+    if BREAKDOWN_POINTS[federation.aggregation] is not None and federation.byzantine > most:
         raise ConfigError(
             f"{source}: federation.byzantine = {federation.byzantine} is not allowed with "
             f"aggregation {federation.aggregation!r} and {regions} regions; expected at most "

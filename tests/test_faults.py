@@ -99,7 +99,7 @@ def test_coordinatewise_median_per_coordinate_and_keeps_dtype() -> None:
     a = [np.array([1.0, 9.0], np.float32)]
     b = [np.array([2.0, 1.0], np.float32)]
     c = [np.array([3.0, 5.0], np.float32)]
-    out = coordinatewise([a, b, c], "median", 0.0)
+    out = coordinatewise([a, b, c], lambda stacked: np.median(stacked, axis=0))
     np.testing.assert_array_equal(out[0], [2.0, 5.0])
     assert out[0].dtype == np.float32
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from fedmc_flwr.config import ExperimentConfig
 from fedmc_flwr.evaluation import evaluate
-from fedmc_flwr.federation.aggregation import Score, Weights
+from fedmc_flwr.federation.aggregation import AGGREGATIONS, Score, Weights
 from fedmc_flwr.federation.wire import policy_name
 from fedmc_flwr.policies.ppo import PPOLearner
 from fedmc_flwr.seeds import learner_seed
@@ -51,3 +51,9 @@ def server_score(cfg: ExperimentConfig) -> Score:
         return float(np.mean(rewards))
 
     return score
+
+
+def rule_score(cfg: ExperimentConfig) -> Score | None:
+    """The server's score when the run's aggregation rule judges candidates with it
+    (`Rule.needs_score`), else None: building it costs a learner per region."""
+    return server_score(cfg) if AGGREGATIONS[cfg.federation.aggregation].needs_score else None

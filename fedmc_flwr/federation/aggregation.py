@@ -106,21 +106,17 @@ def weighted_mean(updates: Sequence[Sequence[np.ndarray]], weights: Sequence[flo
     return out
 
 
-def coordinatewise(updates: Sequence[Sequence[np.ndarray]], how: str, trim: float) -> Weights:
-    """Per coordinate over the regions: the 'median', or the 'trimmed-mean' that drops the
-    `trim` share of regions at each end first."""
+def coordinatewise(
+    updates: Sequence[Sequence[np.ndarray]], reduce: Callable[[np.ndarray], np.ndarray]
+) -> Weights:
+    """Per coordinate over the regions: `reduce` of the regions' values stacked on axis 0
+    (a median, a trimmed mean), in float64, each array back in its own dtype."""
     if not updates:
         raise ValueError("nothing to combine")
     out = []
     for k, ref in enumerate(updates[0]):
         stacked = np.stack([np.asarray(u[k], dtype=np.float64) for u in updates])
-        if how == "median":
-            combined = np.median(stacked, axis=0)
-        elif how == "trimmed-mean":
-            combined = trim_mean(stacked, trim, axis=0)
-        else:
-            raise ValueError(f"unknown coordinate-wise rule {how!r}")
-        out.append(np.asarray(combined).astype(np.asarray(ref).dtype))
+        out.append(np.asarray(reduce(stacked)).astype(np.asarray(ref).dtype))
     return out
 
 
@@ -256,25 +252,118 @@ def accepted(
     return kept, rejected
 
 
+@dataclass(frozen=True)
+class Screening:
+    """What a rule's selection reads besides the updates it judges."""
+
+    previous: Sequence[np.ndarray]
+    """The previous global weights, statistics included."""
+    cut: int
+    """Arrays before `cut` are the network; from `cut` on, running moments."""
+    federation: FederationConfig
+    found: int
+    """Hostile regions already turned away this round (absurd statistics, free riders):
+    each counts as one of `federation.byzantine`."""
+    score: Score | None
+    """The server's judgement of a set of global weights, for rules that need it."""
+
+
+Selection = tuple[list[RegionUpdate], dict[int, str]]
+"""The updates kept, in region order, and region -> why each other was turned away."""
+
+
+def krum_selection(kept: list[RegionUpdate], screening: Screening) -> Selection:
+    """'multi-krum': the updates nearest to the others (`multi_krum`, on the networks'
+    updates only), for the hostile regions not yet found."""
+    moves = deltas([u.weights[: screening.cut] for u in kept], screening.previous[: screening.cut])
+    flat = np.stack([np.concatenate([d.ravel() for d in move]) for move in moves])
+    byzantine = screening.federation.byzantine
+    chosen, scores = multi_krum(flat, max(0, byzantine - screening.found))
+    worst_kept = float(max(scores[chosen]))
+    rejected = {
+        update.region: (
+            f"multi-krum: score {scores[k]:.3g} above the {len(chosen)} kept of "
+            f"{len(kept)} (highest kept {worst_kept:.3g}, federation.byzantine "
+            f"{byzantine}, hostile already found {screening.found})"
+        )
+        for k, update in enumerate(kept)
+        if k not in chosen
+    }
+    return [kept[k] for k in chosen], rejected
+
+
+def acceptance_selection(kept: list[RegionUpdate], screening: Screening) -> Selection:
+    """'acceptance': the networks the server's own worlds do not judge worse than the
+    previous global one (`accepted`)."""
+    if screening.score is None:
+        raise ValueError("aggregation 'acceptance' needs the server's score")
+    tolerance = screening.federation.acceptance_tolerance
+    return accepted(kept, screening.previous, screening.cut, tolerance, screening.score)
+
+
+def steps_weighted(
+    networks: Sequence[Weights], steps: Sequence[int], _: FederationConfig
+) -> Weights:
+    """The mean weighted by environment steps (FedAvg)."""
+    return weighted_mean(networks, steps)
+
+
+def coordinate_median(
+    networks: Sequence[Weights], _: Sequence[int], __: FederationConfig
+) -> Weights:
+    """Per coordinate, the regions' median (unweighted, as in Yin et al. 2018)."""
+    return coordinatewise(networks, lambda stacked: np.median(stacked, axis=0))
+
+
+def coordinate_trimmed_mean(
+    networks: Sequence[Weights], _: Sequence[int], federation: FederationConfig
+) -> Weights:
+    """Per coordinate, the mean of the regions left once `federation.trim_fraction` of
+    them is cut at each end (unweighted)."""
+    trim = federation.trim_fraction
+    return coordinatewise(networks, lambda stacked: trim_mean(stacked, trim, axis=0))
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One aggregation rule: how the networks that count are combined, and, for a rule
+    that turns updates away before combining, which count (each one turned away is a
+    `failed` row naming why)."""
+
+    combine: Callable[[Sequence[Weights], Sequence[int], FederationConfig], Weights]
+    select: Callable[[list[RegionUpdate], Screening], Selection] | None = None
+    """Free riders are turned away first for every rule that selects."""
+    needs_score: bool = False
+    """The rule judges candidates on the server's own worlds (`federation/acceptance.py`)."""
+
+
+AGGREGATIONS: dict[str, Rule] = {
+    "mean": Rule(steps_weighted),
+    "trimmed-mean": Rule(coordinate_trimmed_mean),
+    "median": Rule(coordinate_median),
+    "multi-krum": Rule(steps_weighted, krum_selection),
+    "acceptance": Rule(steps_weighted, acceptance_selection, needs_score=True),
+}
+"""Each name `federation.aggregation` allows (`config.BREAKDOWN_POINTS`, which also holds
+each rule's breakdown point) and what it does."""
+
+
 def screen(
     updates: Sequence[RegionUpdate],
     previous: Sequence[np.ndarray],
     federation: FederationConfig,
     statistics: int,
     score: Score | None = None,
-) -> tuple[list[RegionUpdate], dict[int, str]]:
+) -> Selection:
     """The updates that may count this round, in region order, and why each other was
     turned away.
 
     Statistics with a negative count or variance are always turned away, and so are
-    finite but absurd ones (`absurd_statistics`: a scale far beyond the round's; under
-    'multi-krum' each counts as one of the hostile regions). Under
-    'multi-krum' free riders go next (`free_riders`; each counts as one of the
-    `federation.byzantine` hostile regions), then Multi-Krum keeps the updates nearest to
-    the others (`multi_krum`, on the networks' updates only, for the hostile regions not
-    yet found); under 'acceptance' free riders go too, then the server's `score` judges
-    each network (`accepted`).
-    A turned-away region's moments are not pooled either.
+    finite but absurd ones (`absurd_statistics`: a scale far beyond the round's). For a
+    rule that selects (`Rule.select`), free riders go next (`free_riders`), then the
+    rule's own selection; each region turned away before it counts as one of the
+    `federation.byzantine` hostile regions. A turned-away region's moments are not
+    pooled either.
     """
     cut = len(previous) - statistics * MOMENT_ARRAYS
     kept: list[RegionUpdate] = []
@@ -290,10 +379,10 @@ def screen(
         absurd_ones = absurd_statistics(kept, previous, cut)
         rejected |= {region: f"rejected update: {why}" for region, why in absurd_ones.items()}
         kept = [u for u in kept if u.region not in absurd_ones]
-    if federation.aggregation not in ("multi-krum", "acceptance") or not kept:
+    select = AGGREGATIONS[federation.aggregation].select
+    if select is None or not kept:
         return kept, dict(sorted(rejected.items()))
-    moves = deltas([u.weights[:cut] for u in kept], previous[:cut])
-    sizes = norms(moves)
+    sizes = norms(deltas([u.weights[:cut] for u in kept], previous[:cut]))
     riders = free_riders(sizes)
     median = float(np.median(sizes))
     for k in riders:
@@ -301,29 +390,12 @@ def screen(
             f"free rider: update norm {sizes[k]:.3g}, at most {FREE_RIDER_SHARE:g} x the "
             f"round's median {median:.3g} (the global weights sent back)"
         )
-    moves = [m for k, m in enumerate(moves) if k not in riders]
     kept = [u for k, u in enumerate(kept) if k not in riders]
-    if federation.aggregation == "acceptance" and kept:
-        if score is None:
-            raise ValueError("aggregation 'acceptance' needs the server's score")
-        tolerance = federation.acceptance_tolerance
-        kept, judged = accepted(kept, previous, cut, tolerance, score)
-        return kept, dict(sorted((rejected | judged).items()))
-    if not kept:
-        return kept, dict(sorted(rejected.items()))
-    flat = np.stack([np.concatenate([d.ravel() for d in move]) for move in moves])
-    found = len(riders) + len(absurd_ones)  # each counts as one of the hostile regions
-    byzantine = max(0, federation.byzantine - found)
-    chosen, scores = multi_krum(flat, byzantine)
-    worst_kept = float(max(scores[chosen]))
-    for k, update in enumerate(kept):
-        if k not in chosen:
-            rejected[update.region] = (
-                f"multi-krum: score {scores[k]:.3g} above the {len(chosen)} kept of "
-                f"{len(kept)} (highest kept {worst_kept:.3g}, federation.byzantine "
-                f"{federation.byzantine}, hostile already found {found})"
-            )
-    return [kept[k] for k in chosen], dict(sorted(rejected.items()))
+    if kept:
+        found = len(riders) + len(absurd_ones)
+        kept, judged = select(kept, Screening(previous, cut, federation, found, score))
+        rejected |= judged
+    return kept, dict(sorted(rejected.items()))
 
 
 def shrink(average: Sequence[np.ndarray], previous: Sequence[np.ndarray], mu: float) -> Weights:
@@ -370,8 +442,8 @@ def aggregate(
     federation: FederationConfig,
     statistics: int,
 ) -> Weights:
-    """The next global weights from healthy updates (see the module docstring); for
-    'multi-krum' from those `screen` kept, whose mean it is.
+    """The next global weights from healthy updates (see the module docstring): for a
+    rule that selects, from those `screen` kept.
 
     The last `statistics` groups of `MOMENT_ARRAYS` arrays are running moments, pooled;
     the arrays before them are the network, combined (and shrunk for 'shrink').
@@ -384,10 +456,7 @@ def aggregate(
     if federation.clip > 0:
         networks = clip_to_median(networks, previous[:cut], federation.clip)
     steps = [u.num_examples for u in ordered]
-    if federation.aggregation in ("mean", "multi-krum", "acceptance"):
-        combined = weighted_mean(networks, steps)
-    else:
-        combined = coordinatewise(networks, federation.aggregation, federation.trim_fraction)
+    combined = AGGREGATIONS[federation.aggregation].combine(networks, steps, federation)
     if federation.strategy == "shrink":
         combined = shrink(combined, previous[:cut], federation.mu)
     return combined + pool_statistics(previous[cut:], [u.weights[cut:] for u in ordered], steps)

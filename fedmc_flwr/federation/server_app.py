@@ -52,7 +52,7 @@ from flwr.server.compat import start_grid
 
 from fedmc_flwr.config import ExperimentConfig, join_round, load_config, to_yaml
 from fedmc_flwr.errors import InputError
-from fedmc_flwr.federation.acceptance import server_score
+from fedmc_flwr.federation.acceptance import rule_score
 from fedmc_flwr.federation.console import number_rounds_from, quiet_flower
 from fedmc_flwr.federation.identity import by_key
 from fedmc_flwr.federation.processes import token_alive
@@ -183,7 +183,7 @@ def prepare_run(
         join_rounds=[join_round(cfg, r) for r in range(cfg.world.regions)],
         node_joins=[int(k) for k in str(context.run_config.get("node-joins", "")).split()],
         partitions=partitions,
-        score=server_score(cfg) if cfg.federation.aggregation == "acceptance" else None,
+        score=rule_score(cfg),
     )
     config = ServerConfig(
         num_rounds=cfg.train.rounds - done, round_timeout=cfg.federation.round_timeout_s
