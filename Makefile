@@ -11,7 +11,7 @@ TORCH := torch==2.13.0+cpu
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 CONFIG ?= conf/small_demo.yaml
 
-.PHONY: setup lock placement demo test test-fast lint baselines train plots results transfers optimum report bench clean
+.PHONY: setup lock placement demo test test-fast lint baselines train plots results transfers optimum attacks report bench clean
 .PHONY: notebook
 
 $(STAMP): pyproject.toml $(LOCK)
@@ -90,6 +90,11 @@ optimum: setup
 	  test -f results/optimum/$$p/summary.md || \
 	    $(BIN)/python bench/bench_optimum.py --part $$p || exit 1; \
 	done
+
+# The attack table of docs/security.md: every attack against every robust rule, 5 and 10
+# regions, 20% and 40% hostile, paired against clean FedAvg (bench/bench_attacks.py).
+attacks: setup
+	$(BIN)/python bench/bench_attacks.py --doc docs/security.md
 
 # Each training seed's federated policy of the default sweep (its last round), unchanged, on
 # conf/transfer_<target>.yaml's held-out worlds beside every dispatcher there.

@@ -27,10 +27,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import shutil
+import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -68,6 +72,13 @@ SMALL = [
     "eval.steps=500",
 ]
 """small_demo's world and learner, trained and judged briefly enough for 80 cells."""
+TARGET_PCT = 5.0
+"""A rule holds where its final reward is within this share of clean FedAvg's."""
+MARKERS = (
+    "<!-- attack-table: begin (bench/bench_attacks.py --doc) -->",
+    "<!-- attack-table: end -->",
+)
+"""The generated section of the doc the tables are written into."""
 
 
 def _flat(update: Weights) -> np.ndarray:
@@ -182,70 +193,136 @@ def refusal(config: Path, overrides: list[str]) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Size:
+    """What every cell of one estate size shares: its config, round 1's honest training
+    (a folder of each region's learner state, and the updates), and clean FedAvg's
+    held-out reward per test world."""
+
+    config: Path
+    base: list[str]
+    first: list[RegionUpdate]
+    reference: np.ndarray
+    tmp: Path
+
+
+def _worker_threads() -> None:
+    torch.set_num_threads(1)
+
+
+def cell(size: Size, attack: str, rule: str, f: int) -> dict:
+    """One cell of the table: the final global policy under `attack` from the last `f`
+    regions and aggregation `rule`, against clean FedAvg; or the config's refusal."""
+    n = len(size.first)
+    overrides = [*size.base, f"federation.aggregation={rule}", f"federation.byzantine={f}"]
+    row = {"regions": n, "hostile": f, "attack": attack, "rule": rule}
+    refused = refusal(size.config, overrides)
+    if refused is not None:
+        return {**row, "refused": refused}
+    cfg = load_config(size.config, overrides)
+    began = time.perf_counter()
+    hostile = list(range(n - f, n))
+    weights, hostile_out, honest_out = federate(cfg, attack, hostile, size.first, size.tmp)
+    rewards = _per_seed(cfg, weights)
+    diff = rewards - size.reference
+    half = 1.96 * diff.std(ddof=1) / np.sqrt(len(diff))
+    return {
+        **row,
+        "reward": round(float(rewards.mean()), 4),
+        "vs_clean_pct": round(100 * diff.mean() / abs(size.reference.mean()), 1),
+        "paired_diff": round(float(diff.mean()), 4),
+        "ci95": round(float(half), 4),
+        "hostile_rejected": f"{hostile_out}/{f * cfg.train.rounds}",
+        "honest_rejected": f"{honest_out}/{(n - f) * cfg.train.rounds}",
+        "clean_reward": round(float(size.reference.mean()), 4),
+        "wall_s": round(time.perf_counter() - began, 1),
+    }
+
+
 def run(
-    config: Path, sizes: list[int], shares: list[float], rules: list[str], tmp: Path
+    config: Path, sizes: list[int], shares: list[float], rules: list[str], tmp: Path, jobs: int
 ) -> list[dict]:
+    """Every cell, `jobs` at a time (each cell on one thread: cells are independent, and
+    each is seeded on its own, so the rows do not depend on `jobs`)."""
     rows: list[dict] = []
-    for n in sizes:
-        base = [*SMALL, f"world.regions={n}"]
-        clean_cfg = load_config(config, base)
-        first = _train(clean_cfg, initial_weights(clean_cfg), 1, tmp / "round1")
-        clean, _, _ = federate(clean_cfg, "none", [], first, tmp)
-        reference = _per_seed(clean_cfg, clean)
-        cells = [("none", rule, 0) for rule in rules]
-        cells += [(a, rule, round(s * n)) for s in shares for a in ATTACKS for rule in rules]
-        for attack, rule, f in cells:
-            overrides = [*base, f"federation.aggregation={rule}", f"federation.byzantine={f}"]
-            row = {"regions": n, "hostile": f, "attack": attack, "rule": rule}
-            refused = refusal(config, overrides)
-            if refused is not None:
-                rows.append({**row, "refused": refused})
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(jobs, mp_context=spawn, initializer=_worker_threads) as pool:
+        for n in sizes:
+            base = [*SMALL, f"world.regions={n}"]
+            clean_cfg = load_config(config, base)
+            folder = tmp / f"regions-{n}"
+            first = _train(clean_cfg, initial_weights(clean_cfg), 1, folder / "round1")
+            clean, _, _ = federate(clean_cfg, "none", [], first, folder)
+            size = Size(config, base, first, _per_seed(clean_cfg, clean), folder)
+            cells = [("none", rule, 0) for rule in rules]
+            cells += [(a, rule, round(s * n)) for s in shares for a in ATTACKS for rule in rules]
+            futures = [pool.submit(cell, size, *c) for c in cells]
+            for future in futures:
+                rows.append(future.result())
                 print(json.dumps(rows[-1]), flush=True)
-                continue
-            cfg = load_config(config, overrides)
-            began = time.perf_counter()
-            hostile = list(range(n - f, n))
-            weights, hostile_out, honest_out = federate(cfg, attack, hostile, first, tmp)
-            rewards = _per_seed(cfg, weights)
-            diff = rewards - reference
-            half = 1.96 * diff.std(ddof=1) / np.sqrt(len(diff))
-            rows.append(
-                {
-                    **row,
-                    "reward": round(float(rewards.mean()), 4),
-                    "vs_clean_pct": round(100 * diff.mean() / abs(reference.mean()), 1),
-                    "paired_diff": round(float(diff.mean()), 4),
-                    "ci95": round(float(half), 4),
-                    "hostile_rejected": f"{hostile_out}/{f * cfg.train.rounds}",
-                    "honest_rejected": f"{honest_out}/{(n - f) * cfg.train.rounds}",
-                    "clean_reward": round(float(reference.mean()), 4),
-                    "wall_s": round(time.perf_counter() - began, 1),
-                }
-            )
-            print(json.dumps(rows[-1]), flush=True)
-        shutil.rmtree(tmp / "round1")
     return rows
 
 
-def table(rows: list[dict]) -> str:
-    """One Markdown row per cell; a refused cell carries its refusal's line."""
-    head = "| regions | hostile | attack | rule | reward | vs clean | paired diff (95% CI) "
-    head += "| hostile rejected | honest rejected |\n|---:|---:|---|---|---:|---:|---:|---:|---:|"
-    lines = [head]
-    for r in rows:
-        cells = [str(r["regions"]), str(r["hostile"]), r["attack"], r["rule"]]
-        if "refused" in r:
-            cells += [f"refused: {r['refused']}", "", "", "", ""]
-        else:
-            cells += [
-                f"{r['reward']:.4f}",
-                f"{r['vs_clean_pct']:+.1f}%",
-                f"{r['paired_diff']:+.4f} ± {r['ci95']:.4f}",
-                r["hostile_rejected"] if r["attack"] != "none" else "",
-                r["honest_rejected"],
-            ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+def _cell_text(row: dict) -> str:
+    if "refused" in row:
+        return "refused"
+    turned = "-" if row["attack"] == "none" else row["hostile_rejected"]
+    return (
+        f"{row['vs_clean_pct']:+.1f}% ({row['paired_diff']:+.4f} ± {row['ci95']:.4f}), "
+        f"{turned} / {row['honest_rejected']}"
+    )
+
+
+def _verdict(rows: list[dict]) -> str:
+    """Whether one rule held within TARGET_PCT of clean at one hostile count."""
+    if "refused" in rows[0]:
+        return f"refused in one line: `{rows[0]['refused']}`"
+    misses = [r for r in rows if r["vs_clean_pct"] < -TARGET_PCT]
+    worst = min(rows, key=lambda r: r["vs_clean_pct"])
+    if not misses:
+        return f"holds (worst {worst['vs_clean_pct']:+.1f}%, {worst['attack']})"
+    named = ", ".join(f"{r['attack']} {r['vs_clean_pct']:+.1f}%" for r in misses)
+    return f"**misses** the {TARGET_PCT:g}% target: {named}"
+
+
+def tables(rows: list[dict]) -> str:
+    """Per estate size and hostile count, attacks down and rules across (each cell: the
+    paired difference to clean FedAvg, then hostile / honest replies turned away), and
+    each rule's verdict against the target."""
+    out = []
+    for n in sorted({r["regions"] for r in rows}):
+        mine = [r for r in rows if r["regions"] == n]
+        clean = next(r["clean_reward"] for r in mine if "clean_reward" in r)
+        rules = list(dict.fromkeys(r["rule"] for r in mine))
+        for f in sorted({r["hostile"] for r in mine if r["hostile"] > 0}):
+            cells = {(r["attack"], r["rule"]): r for r in mine if r["hostile"] in (0, f)}
+            attacks = [a for a in ("none", *ATTACKS) if any((a, rule) in cells for rule in rules)]
+            out += [f"**{f} of {n} hostile ({100 * f / n:.0f}%)**, clean FedAvg {clean:.4f}", ""]
+            out += ["| attack | " + " | ".join(rules) + " |", "|---|" + "---|" * len(rules)]
+            for attack in attacks:
+                texts = [_cell_text(cells[attack, rule]) for rule in rules]
+                out.append(f"| {attack} | " + " | ".join(texts) + " |")
+            out.append("")
+            for rule in rules:
+                judged = [cells[a, rule] for a in ATTACKS if (a, rule) in cells]
+                out.append(f"- `{rule}`: {_verdict(judged)}")
+            out.append("")
+    return "\n".join(out)
+
+
+def write_doc(doc: Path, rows: list[dict], command: str, wall_s: float, load: str) -> None:
+    """Replace the generated part of `doc` (between the MARKERS) with the tables."""
+    text = doc.read_text()
+    begin, end = MARKERS
+    if begin not in text or end not in text:
+        raise SystemExit(f"{doc}: no generated section ({begin} ... {end})")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    body = (
+        f"Generated by `{command}`: {wall_s / 60:.1f} min wall on this 2-core machine, "
+        f"load average {load} at the end.\n\n{tables(rows)}"
+    )
+    doc.write_text(f"{head}{begin}\n{body}\n{end}{tail}")
 
 
 def main() -> None:
@@ -254,16 +331,26 @@ def main() -> None:
     parser.add_argument("--regions", type=int, action="append")
     parser.add_argument("--share", type=float, action="append", help="hostile share")
     parser.add_argument("--rule", action="append", choices=RULES)
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="cells at once")
+    parser.add_argument("--doc", type=Path, help="write the tables into this file's section")
     args = parser.parse_args()
-    torch.set_num_threads(1)
+    _worker_threads()
     print(f"load average: {os.getloadavg()}", flush=True)
     began = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-attacks-") as tmp:
         sizes, shares = args.regions or [5, 10], args.share or [0.2, 0.4]
-        rows = run(args.config, sizes, shares, args.rule or list(RULES), Path(tmp))
-    print(table(rows))
-    print(f"load average: {os.getloadavg()}, wall {time.perf_counter() - began:.0f} s")
-    print(json.dumps({"config": str(args.config), "small": SMALL, "rows": rows}))
+        rows = run(args.config, sizes, shares, args.rule or list(RULES), Path(tmp), args.jobs)
+    wall = time.perf_counter() - began
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(tables(rows))
+    print(f"load average: {load}, wall {wall:.0f} s")
+    if args.doc:
+        write_doc(args.doc, rows, "python " + " ".join(sys.argv), wall, load)
+    print(
+        json.dumps(
+            {"config": str(args.config), "small": SMALL, "wall_s": round(wall), "rows": rows}
+        )
+    )
 
 
 if __name__ == "__main__":

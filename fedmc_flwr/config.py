@@ -357,18 +357,19 @@ Breakdown = Callable[[int, float, int], int]
 BREAKDOWN_POINTS: dict[str, Breakdown | None] = {
     "mean": None,
     "trimmed-mean": lambda regions, trim_fraction, _: int(trim_fraction * regions),
-    "median": lambda regions, _, __: (regions - 1) // 2,
+    "median": lambda regions, _, __: (regions - 1) // 4,
     "multi-krum": lambda regions, _, __: max(0, (regions - 3) // 2),
     "acceptance": lambda regions, _, min_regions: regions - min_regions,
 }
 """The aggregation rules `federation.aggregation` may name, each with its breakdown point
 (docs/security.md), which the config enforces before any work starts: 'mean' makes no
 claim (None: it does not read `federation.byzantine`); 'trimmed-mean' holds as many as it
-trims at each end; 'median' fewer than half; 'multi-krum' Krum's condition regions >=
-2 f + 3 (identical copies beyond it are each other's nearest neighbours and are kept);
-'acceptance' all but `min_regions`, since each update is judged on the server's worlds,
-not by its neighbours. `federation/aggregation.py:AGGREGATIONS` implements each name
-(`tests/test_aggregation_rules.py` holds the two equal)."""
+trims at each end; 'median' f with regions >= 4 f + 1 (its classical bound, fewer than
+half, bounds the damage but did not keep the policy within 5% of clean); 'multi-krum'
+Krum's condition regions >= 2 f + 3 (identical copies beyond it are each other's nearest
+neighbours and are kept); 'acceptance' all but `min_regions`, since each update is judged
+on the server's worlds, not by its neighbours. `federation/aggregation.py:AGGREGATIONS`
+implements each name (`tests/test_aggregation_rules.py` holds the two equal)."""
 
 
 @dataclass

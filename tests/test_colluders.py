@@ -25,9 +25,10 @@ TARGET = np.ones(DIM)
 @pytest.mark.parametrize(
     ("rule", "regions", "most"),
     [
-        ("median", 3, 1),
-        ("median", 4, 1),
-        ("median", 5, 2),
+        ("median", 3, 0),
+        ("median", 5, 1),
+        ("median", 9, 2),
+        ("median", 10, 2),
         ("trimmed-mean", 5, 1),
         ("trimmed-mean", 10, 2),
         ("multi-krum", 3, 0),
