@@ -38,14 +38,22 @@ def width(ppo: PPOConfig) -> int:
 
 
 def privileged_inputs(sim: MultiCloudSim) -> np.ndarray:
-    """`[B, WIDTH]` float32: the hidden state each world's critic reads (see the module)."""
+    """`[B, WIDTH]` float32: the hidden state each world's critic reads (see the module).
+
+    In place, on the one `[B, A]` cost array: on a 10,000-node estate every pass over it
+    is 80,000 values a step. The least cost is taken before the cap (masked actions are
+    inf, and every world has a valid node), which is the least capped cost exactly; the
+    mean multiplies the capped costs by the mask (x 1.0 or x 0.0, exact) rather than
+    selecting them, and sums the same values in the same order."""
     state = sim.state
     mean_job = sim.spec.mean_service_s
-    costs = np.minimum(sim.dispatch_costs(), COST_CAP)  # masked actions are inf: capped
+    costs = sim.dispatch_costs()
     valid = state.mask
     out = np.empty((sim.num_envs, WIDTH), dtype=np.float32)
     out[:, 0] = state.size / mean_job
-    out[:, 1] = np.where(valid, costs, np.inf).min(axis=1)
-    out[:, 2] = np.where(valid, costs, 0.0).sum(axis=1) / valid.sum(axis=1)
+    out[:, 1] = np.minimum(costs.min(axis=1), COST_CAP)
+    np.minimum(costs, COST_CAP, out=costs)
+    costs *= valid
+    out[:, 2] = costs.sum(axis=1) / valid.sum(axis=1)
     out[:, 3] = state.backlog.mean(axis=1) / (10.0 * mean_job)
     return out
