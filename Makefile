@@ -11,7 +11,7 @@ TORCH := torch==2.13.0+cpu
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 CONFIG ?= conf/small_demo.yaml
 
-.PHONY: setup lock placement demo test test-fast lint baselines train plots results transfers optimum attacks report bench clean
+.PHONY: setup lock placement demo test test-fast lint baselines train plots results transfers optimum attacks report bench scaling clean
 .PHONY: notebook
 
 $(STAMP): pyproject.toml $(LOCK)
@@ -162,6 +162,14 @@ bench: setup
 	$(BIN)/python bench/bench_serving.py
 	$(BIN)/python bench/bench_engines.py
 	$(BIN)/python bench/bench_scaling.py
+
+# The scaling table of docs/benchmarks.md, written there by the run itself: a federated
+# round's training and evaluation time and peak memory on five estates, 3 x 6 to 100 x 100
+# and 1 x 1000 (bench/bench_scaling.py; conf/huge.yaml's learner, each region's held-out
+# evaluation cut to 2 seeds x 100 steps, as is the dispatchers' before round 1, which at
+# 100 x 100 is most of the run otherwise).
+scaling: setup
+	$(BIN)/python bench/bench_scaling.py --table docs/benchmarks.md --set eval.seeds=2 --set eval.steps=100
 
 clean:
 	rm -rf $(VENV) $(PLACEMENT_VENV) .pytest_cache .ruff_cache
