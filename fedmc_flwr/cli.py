@@ -95,6 +95,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     run = sub.add_parser("run", help="federated training through Flower's simulation engine")
     _add_run_args(run)
+    run.add_argument(
+        "--nodes",
+        type=int,
+        default=None,
+        help="virtual clients, each serving regions p, p + nodes, ... (default: one per "
+        "region; fewer spread Flower's per-client cost over more regions)",
+    )
     deploy = sub.add_parser(
         "deploy",
         help="federated training through Flower's deployment engine, SuperNodes on 127.0.0.1",
@@ -184,14 +191,14 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--metrics-port {args.metrics_port}: give a port from 1 to 65535")
     cfg = _config(args)
     from fedmc_flwr.federation.deployment import DeploymentEngine
-    from fedmc_flwr.federation.runner import run_federation
+    from fedmc_flwr.federation.runner import SimulationEngine, run_federation
     from fedmc_flwr.results import experiment_path
 
-    engine = None
+    nodes = args.nodes or cfg.world.regions
+    if not 1 <= nodes <= cfg.world.regions:
+        raise ConfigError(f"--nodes {nodes}: give 1 to {cfg.world.regions} (world.regions)")
+    engine: DeploymentEngine | SimulationEngine = SimulationEngine(nodes)
     if args.command == "deploy":
-        nodes = args.nodes or cfg.world.regions
-        if not 1 <= nodes <= cfg.world.regions:
-            raise ConfigError(f"--nodes {nodes}: give 1 to {cfg.world.regions} (world.regions)")
         engine = DeploymentEngine(nodes, tls=not args.insecure, node_auth=not args.no_node_auth)
     on_existing = "resume" if args.resume else "overwrite" if args.overwrite else "refuse"
     config = find_config(args.config)
@@ -210,8 +217,8 @@ def resume_command(args: argparse.Namespace) -> str:
     words = ["fedmc", args.command, "--config", args.config]
     for override in args.overrides:
         words += ["--set", override]
+    words += ["--nodes", str(args.nodes)] if args.nodes is not None else []
     if args.command == "deploy":
-        words += ["--nodes", str(args.nodes)] if args.nodes is not None else []
         words += ["--insecure"] if args.insecure else []
         words += ["--no-node-auth"] if args.no_node_auth else []
     if args.metrics_port is not None:

@@ -10,6 +10,7 @@ import logging
 import re
 import shlex
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -161,6 +162,7 @@ def test_a_resumed_runs_flower_banners_name_its_own_rounds(flower_console: io.St
     [
         ["run"],
         ["run", "--config", "my conf/x.yaml", "--set", "train.rounds=3", "--overwrite"],
+        ["run", "--nodes", "2"],
         ["deploy", "--set", "name=it's", "--nodes", "2", "--insecure", "--metrics-port", "9"],
     ],
 )
@@ -183,3 +185,31 @@ def test_ctrl_c_names_the_command_that_resumes_the_run(
     given, resumed = cli._parser().parse_args(argv), cli._parser().parse_args(words[1:])
     assert resumed.resume and not resumed.overwrite
     assert vars(resumed) == vars(given) | {"resume": True, "overwrite": False}
+
+
+@pytest.mark.parametrize(("nodes", "served"), [(None, 3), ("1", 1), ("3", 3), ("4", None)])
+def test_fedmc_run_spreads_the_regions_over_the_virtual_clients_it_is_given(
+    nodes: str | None,
+    served: int | None,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--nodes` virtual clients (one per region by default); more nodes than regions is
+    refused in one line before Flower starts."""
+    from fedmc_flwr import cli
+    from fedmc_flwr.federation import runner
+
+    engines = []
+    monkeypatch.setattr(
+        runner, "run_federation", lambda config, overrides, **kw: engines.append(kw["engine"]) or 0
+    )
+    small_demo = str(Path(__file__).resolve().parents[1] / "conf" / "small_demo.yaml")
+    argv = ["run", "--config", small_demo] + (["--nodes", nodes] if nodes else [])
+    code = cli.main(argv)
+    if served is None:
+        assert code == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line == "fedmc run: config error: --nodes 4: give 1 to 3 (world.regions)"
+        assert engines == []
+    else:
+        assert code == 0 and engines == [runner.SimulationEngine(served)]
