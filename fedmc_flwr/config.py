@@ -249,6 +249,56 @@ def learner_world(world: WorldConfig, regions: Sequence[int]) -> WorldConfig:
     return worlds[0]
 
 
+def with_experience(world: WorldConfig, experience: Experience) -> WorldConfig:
+    """`world` with the keys `experience` sets."""
+    changes = {
+        spec.name: getattr(experience, spec.name)
+        for spec in dataclasses.fields(Experience)
+        if getattr(experience, spec.name) is not None
+    }
+    return dataclasses.replace(world, **changes)
+
+
+def drifting(cfg: ExperimentConfig, region: int, round_: int) -> bool:
+    """Whether `region` still trains on its workload before the drift in round `round_`."""
+    drift = cfg.train.drift
+    return bool(drift.round) and drift.region == region and round_ < drift.round
+
+
+def training_world(cfg: ExperimentConfig, region: int, round_: int = 1) -> WorldConfig:
+    """The world `region`'s training worlds are in round `round_`: the one it is judged on
+    (`region_world`) with its `train.experience`, and before a drift its `drift.before`."""
+    world = region_world(cfg.world, region)
+    if cfg.train.experience:
+        world = with_experience(world, cfg.train.experience[region])
+    if drifting(cfg, region, round_):
+        world = with_experience(world, cfg.train.drift.before)
+    return world
+
+
+def at_round(cfg: ExperimentConfig, round_: int) -> ExperimentConfig:
+    """`cfg` as a learner built in round `round_` trains: its drift settled into
+    `train.experience` (its round 0: none left), so that the learner's worlds
+    (`learner_worlds`) are that round's."""
+    drift = cfg.train.drift
+    if not drift.round:
+        return cfg
+    experience = list(cfg.train.experience) or [Experience() for _ in range(cfg.world.regions)]
+    if drifting(cfg, drift.region, round_):
+        own = dataclasses.asdict(experience[drift.region])
+        later = {k: v for k, v in dataclasses.asdict(drift.before).items() if v is not None}
+        experience[drift.region] = Experience(**(own | later))
+    train = dataclasses.replace(cfg.train, experience=experience, drift=Drift())
+    return dataclasses.replace(cfg, train=train)
+
+
+def learner_worlds(cfg: ExperimentConfig, regions: Sequence[int]) -> dict[int, WorldConfig]:
+    """The training world of each of a learner's `regions` (`training_world`, in round 1
+    unless `cfg` is another round's, `at_round`); they must share one estate's shape."""
+    learner_world(cfg.world, regions)
+    return {region: training_world(cfg, region) for region in regions}
+
+
 SIZE_AGNOSTIC_POLICIES = ("two-tier", "node-scorer")
 """The networks whose parameters fit an estate of any shape."""
 DISPATCHER_NAMES = (
@@ -338,6 +388,47 @@ POLICY_KINDS = allowed_values(PPOConfig, "policy")
 
 
 @dataclass
+class Experience:
+    """What a region's training worlds differ in from the world it is judged on (`world`):
+    the workload it lives through and the events it meets. A key left out keeps `world`'s
+    value. Only a world's workload and events may differ: the estate, its prices and the
+    reward are the same world, so a policy trained on one is judged on the other."""
+
+    load: float | None = None
+    """`world.load` in this region's training worlds (its jobs' rate scales with it)."""
+    region_load: list[float] | None = None
+    """`world.region_load` in this region's training worlds."""
+    burstiness: float | None = None
+    """`world.burstiness` in this region's training worlds."""
+    outage_rate: float | None = None
+    """`world.outage_rate` in this region's training worlds (0: it never meets an outage)."""
+    outage_mean_s: float | None = None
+    """`world.outage_mean_s` in this region's training worlds."""
+    region_outage: list[float] | None = None
+    """`world.region_outage` in this region's training worlds."""
+
+
+EXPERIENCE_LISTS = ("region_load", "region_outage")
+"""The `Experience` keys that hold one value per region."""
+
+
+@dataclass
+class Drift:
+    """A region whose workload changes partway through the run: until `round` its training
+    worlds are `before` (on top of its `train.experience`), from `round` on the world it is
+    judged on. It is judged on that world in every round, so the rounds from `round` on
+    say how soon each learner adapts to the change, and the rounds before it how a policy
+    trained on the old workload meets the new one."""
+
+    round: int = 0
+    """The first round of the new workload (0: no drift)."""
+    region: int = 0
+    """The region whose workload changes."""
+    before: Experience = field(default_factory=Experience)
+    """Its training worlds until `round`: what they differ in from the world it is judged on."""
+
+
+@dataclass
 class TrainConfig:
     """How much each learner trains."""
 
@@ -349,6 +440,14 @@ class TrainConfig:
     """Each region's share of `steps_per_round`, in (0, 1] (empty: 1 each): a region with
     0.1 gathers a tenth of the others' experience per round, federated or local
     (`region_steps`). Centralised PPO pools every region alike and refuses it."""
+    experience: list[Experience] = field(default_factory=list)
+    """Per region, what its training worlds differ in from the world it is judged on, one
+    entry per region (`{}`: none) or []: `{outage_rate: 0.0}` trains a region that never
+    meets the outages its test worlds have. Every learner of a region's workload trains on
+    it alike: its federated client, its local learner and the centralised learner's worlds
+    of that region (`training_world`). Evaluation keeps `world`."""
+    drift: Drift = field(default_factory=Drift)
+    """A region whose training workload changes at a round (`Drift`; round 0: none)."""
 
 
 Breakdown = Callable[[int, float, int], int]
@@ -757,6 +856,7 @@ def _check_ranges(cfg: DictConfig, source: str) -> None:
     _check_region_lists(cfg, source)
     _check_node_speeds(cfg, source)
     _check_region_estates(cfg, source)
+    _check_experience(cfg, source)
     _check_traces(cfg, source)
     _check_teacher(cfg, source)
     if cfg.ppo.privileged_critic and cfg.ppo.policy != "two-tier":
@@ -799,6 +899,71 @@ def _check_region_lists(cfg: DictConfig, source: str) -> None:
             f"{source}: world.region_outage = {outage} is not allowed; expected a mean below "
             f"1 / world.outage_rate ({1 / cfg.world.outage_rate:.6g}), so that the chance per "
             "job that some node goes down stays below 1"
+        )
+
+
+def _check_experience(cfg: DictConfig, source: str) -> None:
+    """`train.experience` has one entry per region or none, `train.drift` names a region
+    and a round after the first, and every key they set holds what `world`'s would."""
+    entries, regions = list(cfg.train.experience), cfg.world.regions
+    if entries and len(entries) != regions:
+        raise ConfigError(
+            f"{source}: train.experience has {len(entries)} entries, which is not allowed; "
+            f"expected {regions} (one per region, {{}} for none) or []"
+        )
+    for k, entry in enumerate(entries):
+        _check_overrides(cfg, entry, f"train.experience[{k}]", source)
+    drift = cfg.train.drift
+    if not drift.round:
+        return
+    if not 2 <= drift.round <= cfg.train.rounds:
+        raise ConfigError(
+            f"{source}: train.drift.round = {drift.round} is not allowed; expected 0 (no "
+            f"drift) or a round from 2 to train.rounds ({cfg.train.rounds})"
+        )
+    if not 0 <= drift.region < regions:
+        raise ConfigError(
+            f"{source}: train.drift.region = {drift.region} is not allowed; expected 0 to "
+            f"{regions - 1}"
+        )
+    if all(drift.before[spec.name] is None for spec in dataclasses.fields(Experience)):
+        raise ConfigError(
+            f"{source}: train.drift.before sets nothing, which is not allowed; expected at "
+            "least one key of the workload before the drift (or train.drift.round: 0)"
+        )
+    _check_overrides(cfg, drift.before, "train.drift.before", source)
+
+
+def _check_overrides(cfg: DictConfig, entry: DictConfig, key: str, source: str) -> None:
+    """Each key an `Experience` sets passes `world`'s own check of that key, and the chance
+    per job of an outage stays a probability in the world it makes."""
+    for spec in dataclasses.fields(Experience):
+        value, name = entry[spec.name], f"{key}.{spec.name}"
+        if value is None:
+            continue
+        if spec.name in EXPERIENCE_LISTS:
+            values = list(value)
+            if cfg.world.region_estates or not (
+                len(values) == cfg.world.regions and all(_positive(v) for v in values)
+            ):
+                raise ConfigError(
+                    f"{source}: {name} = {values} is not allowed; expected "
+                    f"{cfg.world.regions} numbers > 0 (one per region), and no "
+                    "world.region_estates"
+                )
+            continue
+        test, allowed = _RANGES[f"world.{spec.name}"]
+        if not test(value):
+            raise ConfigError(f"{source}: {name} = {value!r} is not allowed; expected {allowed}")
+    rate = cfg.world.outage_rate if entry.outage_rate is None else entry.outage_rate
+    own = entry.region_outage
+    multipliers = list(cfg.world.region_outage if own is None else own) or [1.0]
+    chance = rate * sum(multipliers) / len(multipliers)
+    if chance >= 1:
+        raise ConfigError(
+            f"{source}: {key} makes the chance per job that some node goes down "
+            f"{chance:.6g}, which is not allowed; expected "
+            "outage_rate times the mean of region_outage below 1"
         )
 
 

@@ -12,18 +12,32 @@ pays: the paired difference at its first evaluation, and for each learner the ro
 training seconds of that region) from joining until it beats SED on its worlds. Any other
 sweep is judged over every region at the last round, as its summary is. Every difference
 is paired per held-out world over the training seeds (`report.compare`).
+
+A sweep whose regions train on other worlds than they are judged on (`train.experience`)
+is judged twice: on the test worlds of the regions that never trained on them, and on
+those of the regions that did, each against local-only and centralised PPO (both train on
+every region's experience as the federation does). A sweep where one region's workload
+drifts (`train.drift`) is judged on that region's worlds: at the last round, at the round
+of the change, and for each learner the rounds from the change until it beats SED again.
+
+"What federating costs" reads the same cells: the bytes each region receives and sends
+per round (the global network and statistics down, its update of the same arrays up: the
+round's checkpoint holds them) and the round's wall time beside the regions' own training
+time in that round, all from the federated run itself (`timing.csv`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
 from fedmc_flwr.analysis.report import collect, compare
 from fedmc_flwr.analysis.statistics import Estimate
-from fedmc_flwr.config import ExperimentConfig, join_round
+from fedmc_flwr.config import ExperimentConfig, join_round, region_world, training_world
+from fedmc_flwr.policies.checkpoints import read_checkpoint, round_checkpoint
 from fedmc_flwr.sim.signals import region_catalogue
 from fedmc_flwr.sweeps import Sweep, complete_seeds, finished_frame
 
@@ -37,23 +51,50 @@ NEVER = "not within the run"
 
 
 def watched_region(cfg: ExperimentConfig) -> int | None:
-    """The region a setting singles out: the first that joins late or trains on a smaller
-    share of steps; None when every region is alike in both."""
+    """The region a setting singles out: the first that joins late, trains on a smaller
+    share of steps or whose workload drifts; None when every region is alike in all three."""
     for region in range(cfg.world.regions):
         late = join_round(cfg, region) > 1
         poor = bool(cfg.train.step_share) and float(cfg.train.step_share[region]) < 1
-        if late or poor:
+        if late or poor or drifts(cfg, region):
             return region
     return None
 
 
+def drifts(cfg: ExperimentConfig, region: int) -> bool:
+    """Whether `region`'s workload changes partway through the run (`train.drift`)."""
+    return bool(cfg.train.drift.round) and cfg.train.drift.region == region
+
+
+def change_round(cfg: ExperimentConfig, region: int) -> int | None:
+    """The round from which `region` is raced to `REFERENCE`: the round it joins in, or
+    the round its workload drifts; None for a region that does neither."""
+    if join_round(cfg, region) > 1:
+        return join_round(cfg, region)
+    return cfg.train.drift.round if drifts(cfg, region) else None
+
+
+def experience_groups(cfg: ExperimentConfig) -> list[tuple[str, list[int]]]:
+    """The regions whose last round's training worlds are not the worlds they are judged
+    on (`train.experience`) and the others, each with the words its row names it by; []
+    when every region ends training on its own test worlds."""
+    regions = range(cfg.world.regions)
+    last = cfg.train.rounds
+    other = [r for r in regions if training_world(cfg, r, last) != region_world(cfg.world, r)]
+    if not other:
+        return []
+    own = [r for r in regions if r not in other]
+    groups = [("never trained on these worlds", other), ("trained on these worlds", own)]
+    return [(words, members) for words, members in groups if members]
+
+
 @dataclass(frozen=True)
 class RaceToReference:
-    """How soon a learner of a late region beats `REFERENCE` on that region's worlds."""
+    """How soon a learner of a late or drifting region beats `REFERENCE` on its worlds."""
 
     rounds: int | None
-    """Rounds from joining (1: its first evaluation) until the paired difference's 95% CI
-    is above 0; None when it never is within the run."""
+    """Rounds from joining or the drift (1: the evaluation after that round's training)
+    until the paired difference's 95% CI is above 0; None when it never is within the run."""
     seconds: float | None
     """That region's training seconds over those rounds, mean over training seeds."""
 
@@ -71,7 +112,8 @@ class Gain:
     versus_local: Estimate | None
     versus_centralised: Estimate | None
     first_versus_local: Estimate | None = None
-    """A late region: federated minus local at its first evaluation."""
+    """A late region: federated minus local at its first evaluation; a drifting one: at
+    the round of the change."""
     race: dict[str, RaceToReference] | None = None
 
 
@@ -125,27 +167,21 @@ def federating_gains(sweep: Sweep, federated: Sequence[str] | None = None) -> li
     cfg = sweep.cells[0].cfg
     region = watched_region(cfg)
     if region is None:
+        groups = experience_groups(cfg) or [("", list(range(cfg.world.regions)))]
         return [
-            Gain(
-                sweep.name,
-                variant,
-                "all regions",
-                seeds,
-                _versus(frame, variant, LOCAL),
-                _versus(frame, variant, CENTRALISED),
-            )
+            gain
             for variant in federated
+            for gain in group_gains(sweep.name, cfg, frame, variant, seeds, groups)
         ]
     name = region_catalogue(cfg.world.regions)[region].name
     mine = frame[frame["client"] == name]
-    join = join_round(cfg, region)
-    late = join > 1
+    start = change_round(cfg, region)
     gains = []
     for variant in federated:
         race = None
-        if late and LOCAL in variants:
+        if start is not None and LOCAL in variants:
             race = {
-                v: _race(sweep, mine, v, name, join, cfg.train.rounds) for v in (variant, LOCAL)
+                v: _race(sweep, mine, v, name, start, cfg.train.rounds) for v in (variant, LOCAL)
             }
         gains.append(
             Gain(
@@ -154,9 +190,45 @@ def federating_gains(sweep: Sweep, federated: Sequence[str] | None = None) -> li
                 name,
                 seeds,
                 _versus(mine, variant, LOCAL),
-                None,  # centralised PPO pools every region from round 1 (`experiments.training`)
-                _versus(mine, variant, LOCAL, join) if late else None,
+                # centralised PPO pools every region from round 1 (`experiments.training`):
+                # a drift it lives through too, a late or data-poor region it cannot
+                _versus(mine, variant, CENTRALISED) if drifts(cfg, region) else None,
+                _versus(mine, variant, LOCAL, start) if start is not None else None,
                 race,
+            )
+        )
+    return gains
+
+
+def group_gains(
+    setting: str,
+    cfg: ExperimentConfig,
+    frame: pd.DataFrame,
+    variant: str,
+    seeds: list[int],
+    groups: Sequence[tuple[str, list[int]]],
+) -> list[Gain]:
+    """`variant`'s rows at the last round, one per group of regions (words, members),
+    each judged on its members' test worlds alone (`frame`: per_seed.csv rows)."""
+    names = [region.name for region in region_catalogue(cfg.world.regions)]
+    gains = []
+    for words, members in groups:
+        clients = [names[r] for r in members]
+        mine = frame[frame["client"].isin(clients)]
+        everyone = len(members) == cfg.world.regions and not words
+        scope = (
+            "all regions"
+            if everyone
+            else f"{', '.join(clients)}" + (f" ({words})" if words else "")
+        )
+        gains.append(
+            Gain(
+                setting,
+                variant,
+                scope,
+                seeds,
+                _versus(mine, variant, LOCAL),
+                _versus(mine, variant, CENTRALISED),
             )
         )
     return gains
@@ -183,27 +255,42 @@ def _race_cell(race: RaceToReference | None) -> str:
 def gains_table(gains: Sequence[Gain | tuple[str, str] | str]) -> str:
     """The markdown table: one row per setting, or (setting, why it has no row) for one
     not measured, or a row as published before (a markdown line, kept as it is)."""
-    header = (
-        "| setting | federated | judged on | seeds | federated - local "
-        "| federated - centralised | at first evaluation, federated - local "
-        "| rounds (s) to beat SED: federated | local |\n|---|---|---|---|---|---|---|---|---|\n"
+    columns = (
+        "setting",
+        "federated",
+        "judged on",
+        "seeds",
+        "federated - local",
+        "federated - centralised",
+        "at first evaluation, federated - local",
+        "rounds (s) to beat SED: federated",
+        "local",
     )
-    lines = []
-    for gain in gains:
-        if isinstance(gain, str):
-            lines.append(gain)
-            continue
-        if isinstance(gain, tuple):
-            lines.append(f"| `{gain[0]}` | | {gain[1]} | | | | | | |")
-            continue
+
+    def line(gain: Gain) -> str:
         race = gain.race or {}
-        lines.append(
+        return (
             f"| `{gain.setting}` | `{gain.variant}` | {gain.scope} | {len(gain.seeds)} "
             f"| {_difference(gain.versus_local)} | {_difference(gain.versus_centralised)} "
             f"| {_difference(gain.first_versus_local)} "
             f"| {_race_cell(race.get(gain.variant))} | {_race_cell(race.get(LOCAL))} |"
         )
-    return header + "\n".join(lines) + "\n"
+
+    return _markdown(columns, gains, line)
+
+
+def _markdown(columns: Sequence[str], rows: Sequence, line: Callable[[Any], str]) -> str:
+    """A table of `columns`: `line(row)` per row, but a published line (a str) as it is,
+    and (setting, why it has no row) with the why in the third column."""
+    lines = [f"| {' | '.join(columns)} |", "|---" * len(columns) + "|"]
+    for row in rows:
+        if isinstance(row, str):
+            lines.append(row)
+        elif isinstance(row, tuple):
+            lines.append(f"| `{row[0]}` | | {row[1]} |" + " |" * (len(columns) - 3))
+        else:
+            lines.append(line(row))
+    return "\n".join(lines) + "\n"
 
 
 def _pays(estimate: Estimate | None) -> bool:
@@ -281,4 +368,74 @@ def why_it_does_not_pay(gains: Sequence[Gain], kept: Sequence[str] = ()) -> str:
         "Where no federated variant beats the local learners, each setting's FedAvg row "
         f"says why (federated minus local-only, at the last round unless stated).{shared}"
         "\n\n" + "\n".join(lines) + "\n"
+    )
+
+
+@dataclass(frozen=True)
+class Cost:
+    """One row of "What federating costs": a federated variant's traffic and time."""
+
+    setting: str
+    variant: str
+    seeds: list[int]
+    bytes_each_way: int
+    """Bytes of arrays each region receives per round (the global network and statistics)
+    and sends back (its update: the same arrays)."""
+    round_s: float
+    """A round's training wall time, from sending the global weights to aggregating the
+    replies; mean over rounds and training seeds."""
+    slowest_region_s: float
+    """The slowest region's own training time in the same round (what a local-only learner
+    of its steps takes); mean over rounds and training seeds."""
+    regions_s: float
+    """Every region's own training time in the same round, summed; same means."""
+
+
+def round_times(timing: pd.DataFrame) -> tuple[float, float, float]:
+    """A federated run's (round, slowest region, regions summed) training seconds, each the
+    mean over the rounds of `timing` (timing.csv rows, one or more runs)."""
+    train = timing[timing["phase"] == "train"]
+    key = ["experiment", "round"]
+    rounds = train[train["client"] == "all"].set_index(key)["wall_time_s"]
+    regions = train[train["client"] != "all"].groupby(key)["wall_time_s"]
+    return float(rounds.mean()), float(regions.max().mean()), float(regions.sum().mean())
+
+
+def federating_costs(sweep: Sweep, federated: Sequence[str] | None = None) -> list[Cost]:
+    """A row per federated variant of the sweep (`federated`: those instead), from the
+    training seeds whose every cell is finished (none when no seed is)."""
+    seeds = complete_seeds(sweep)
+    if federated is None:
+        federated = list(dict.fromkeys(c.variant for c in sweep.cells if c.kind == "federated"))
+    costs = []
+    for variant in federated if seeds else []:
+        cells = [c for c in sweep.cells if c.variant == variant and c.seed in seeds]
+        last = round_checkpoint(cells[0].out_dir, cells[0].cfg.train.rounds)
+        sent = sum(array.nbytes for array in read_checkpoint(last))
+        timing = pd.concat(pd.read_csv(cell.out_dir / "timing.csv") for cell in cells)
+        costs.append(Cost(sweep.name, variant, seeds, sent, *round_times(timing)))
+    return costs
+
+
+def costs_table(costs: Sequence[Cost | tuple[str, str] | str]) -> str:
+    """The markdown table of "What federating costs": a row per `Cost`, (setting, why it
+    has no row) for one not measured, or a row as published before (kept as it is)."""
+    columns = (
+        "setting",
+        "federated",
+        "seeds",
+        "bytes per region and round, each way",
+        "round s",
+        "slowest region's training s",
+        "regions' training s, summed",
+        "round / slowest region",
+    )
+    return _markdown(
+        columns,
+        costs,
+        lambda cost: (
+            f"| `{cost.setting}` | `{cost.variant}` | {len(cost.seeds)} "
+            f"| {cost.bytes_each_way:,} | {cost.round_s:.1f} | {cost.slowest_region_s:.1f} "
+            f"| {cost.regions_s:.1f} | {cost.round_s / cost.slowest_region_s:.2f} |"
+        ),
     )

@@ -10,7 +10,9 @@ docs/results.md (the one generated place for commits and dates).
 
 "What federating buys" opens the page: one row per setting of `FEDERATING`, the federated
 learner against local-only and centralised PPO on the same worlds (`analysis.federating`),
-computed from the sweeps' finished cells.
+computed from the sweeps' finished cells. "What federating costs" follows, from the same
+cells: the bytes each region exchanges per round and the round's wall time beside the
+regions' own training time.
 
 The optimum (`make optimum`: `bench/bench_optimum.py`, the exact optimal dispatcher of
 small queueing systems against SED, JSQ and the default learner) gets a section from
@@ -41,6 +43,8 @@ from pathlib import Path
 
 from fedmc_flwr.analysis.federating import (
     Gain,
+    costs_table,
+    federating_costs,
     federating_gains,
     gains_table,
     why_it_does_not_pay,
@@ -68,9 +72,13 @@ FEDERATING = (
     "personal_outages",
     "late_region",
     "data_poor_region",
+    "rare_events",
+    "drift_region",
+    "many_small_regions",
 )
-"""The settings of "What federating buys": small_demo, the four non-IID settings, the late
-region and the data-poor region."""
+"""The settings of "What federating buys" and "What federating costs": small_demo, the four
+non-IID settings, the late region, the data-poor region, events some regions never
+trained on, a drifting workload and many small regions."""
 FEDERATING_INTRO = """## What federating buys
 
 Each row is one federated variant of one setting's sweep (FedAvg, and where the sweep
@@ -81,8 +89,28 @@ seeds. A late region (`federation.join_rounds`) and a data-poor one (`train.step
 are judged on their own worlds only, where centralised PPO, which pools every region from
 round 1, does not apply; for the late region the next columns give the difference at its
 first evaluation and how many rounds (and seconds of its training) each learner needs
-from joining until it beats SED there. "pays": the 95% interval is above 0; "costs":
-below; otherwise the sweeps cannot tell the two apart.
+from joining until it beats SED there. Where regions train on other worlds than they are
+judged on (`train.experience`: `rare_events`, whose test worlds have outages that only
+us-east1 meets in training), the regions that never trained on their test worlds' events
+and those that did get a row each; every learner, local-only and centralised too, trains
+each region on its own training worlds. A drifting region (`train.drift`: `drift_region`,
+whose load rises in round 4) is judged on its own worlds, against centralised PPO too (it
+lives through the drift as well), with the difference at the round of the change in the
+"at first evaluation" column and the rounds each learner needs from the change until it
+beats SED again. "pays": the 95% interval is above 0; "costs": below; otherwise the
+sweeps cannot tell the two apart.
+"""
+COSTS_INTRO = """## What federating costs
+
+What each region sends and receives and how long a round takes, read from the federated
+cells of the same sweeps: the bytes of arrays per region and round in each direction (the
+global network and its observation and return statistics down, the region's update of the
+same arrays up; the round's checkpoint holds them), and the round's training wall time,
+from sending the global weights to aggregating the replies, beside each region's own
+training time in that round, which is what a local-only learner of the same steps spends.
+Means over rounds and training seeds. The regions of one sweep cell share the machine's
+cores, so a round also waits on regions queued behind others for a core, not only on the
+exchange and the aggregation.
 """
 
 NOT_MEASURED = "Not measured yet"
@@ -107,9 +135,11 @@ def kept_or_new(new: str, published: dict[str, str]) -> str:
     return f"{heading}\n\n{KEPT}\n\n{old[len(heading) :].lstrip()}"
 
 
-def published_rows(text: str, setting: str) -> tuple[list[str], list[str]]:
-    """The "What federating buys" table rows and reading lines of `setting` on a page."""
-    section = published_sections(text).get("## What federating buys", "")
+def published_rows(
+    text: str, setting: str, heading: str = "## What federating buys"
+) -> tuple[list[str], list[str]]:
+    """The table rows and reading lines of `setting` in the page's section `heading`."""
+    section = published_sections(text).get(heading, "")
     rows = [
         line
         for line in section.splitlines()
@@ -204,6 +234,16 @@ def optimum_section(optimum_dir: Path = OPTIMUM_DIR) -> str:
     return "\n".join(parts)
 
 
+def _kept_note(kept: Sequence[str]) -> str:
+    """The line under a federating table that names the settings whose rows are kept."""
+    if not kept:
+        return ""
+    return (
+        f"\nRows of {', '.join(kept)} are kept as last published: this checkout holds "
+        "none of their cells (their sections below name the commits they ran at).\n"
+    )
+
+
 def federating_section(
     names: Sequence[str] = FEDERATING, sweeps_dir: Path = SWEEPS_DIR, published: str = ""
 ) -> str:
@@ -223,14 +263,27 @@ def federating_section(
             kept.append(f"`{name}`")
             kept_reading += old_reading
         rows += gains or old_rows or [(name, f"not measured yet: `fedmc sweep --config {path}`")]
-    note = ""
-    if kept:
-        note = (
-            f"\nRows of {', '.join(kept)} are kept as last published: this checkout holds "
-            "none of their cells (their sections below name the commits they ran at).\n"
-        )
+    note = _kept_note(kept)
     reading = why_it_does_not_pay(measured, kept_reading)
     return FEDERATING_INTRO + "\n" + gains_table(rows) + note + (f"\n{reading}" if reading else "")
+
+
+def costs_section(
+    names: Sequence[str] = FEDERATING, sweeps_dir: Path = SWEEPS_DIR, published: str = ""
+) -> str:
+    """ "What federating costs": a row per federated variant of each setting, its rows as
+    `published` when this checkout has none of its cells, or the command that measures it."""
+    rows: list = []
+    kept: list[str] = []
+    for name in names:
+        path = sweeps_dir / f"{name}.yaml"
+        costs = federating_costs(load_sweep(path))
+        old_rows = [] if costs else published_rows(published, name, COSTS_INTRO.splitlines()[0])[0]
+        if old_rows:
+            kept.append(f"`{name}`")
+        rows += costs or old_rows or [(name, f"not measured yet: `fedmc sweep --config {path}`")]
+    note = _kept_note(kept)
+    return COSTS_INTRO + "\n" + costs_table(rows) + note
 
 
 def write_results(
@@ -243,12 +296,16 @@ def write_results(
 ) -> Path:
     page = out.read_text() if out.is_file() else ""
     published = published_sections(page)
-    sections = [federating_section(federating, sweeps_dir, page)]
-    sections += [section(name, sweeps_dir) for name in names]
+    # The two federating sections keep their settings' rows themselves (row by row).
+    federating_part = [
+        federating_section(federating, sweeps_dir, page),
+        costs_section(federating, sweeps_dir, page),
+    ]
+    sections = [section(name, sweeps_dir) for name in names]
     if optimum_dir is not None:
         sections.append(optimum_section(optimum_dir))
     sections += [transfer_section(target) for target in transfers]
-    sections = [sections[0], *(kept_or_new(new, published) for new in sections[1:])]
+    sections = [*federating_part, *(kept_or_new(new, published) for new in sections)]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(INTRO + "\n" + "\n".join(sections))
     return out

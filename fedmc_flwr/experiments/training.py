@@ -28,6 +28,10 @@ A local learner keeps its region's federation settings: it trains `train.step_sh
 the steps, and a region that joins late (`federation.join_rounds`) gets its learner, from
 scratch, in its join round and is judged from then on, as the federated region would be.
 Centralised PPO pools every region from round 1 and refuses both.
+
+Every learner trains in its regions' training worlds (`train.experience`, and a region's
+workload before its drift, `train.drift`): a local learner in its region's, the
+centralised learner in each region's for that region's envs.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from fedmc_flwr.config import (
     ConfigError,
     ExperimentConfig,
     active_regions,
+    at_round,
     region_steps,
     shares_one_estate,
     to_yaml,
@@ -73,6 +78,19 @@ def _learners(cfg: ExperimentConfig, mode: str) -> dict[str, PPOLearner]:
         return {"all": PPOLearner(matched_config(cfg, mode), regions, learner_seed(cfg.seed))}
     names = [region.name for region in region_catalogue(cfg.world.regions)]
     return {names[r]: PPOLearner(cfg, [r], learner_seed(cfg.seed, r)) for r in regions}
+
+
+def _into_round(
+    cfg: ExperimentConfig, mode: str, learners: dict[str, PPOLearner], rnd: int
+) -> dict[str, PPOLearner]:
+    """The learners as they train in round `rnd`: in the round a region's workload drifts
+    (`train.drift`), each moves, state and all, into that round's worlds (`at_round`)."""
+    if cfg.train.drift.round != rnd:
+        return learners
+    moved = _learners(at_round(cfg, rnd), mode)
+    for client, learner in learners.items():
+        moved[client].load_state(learner.state())
+    return moved
 
 
 def _evaluate_learners(
@@ -145,6 +163,7 @@ def train(cfg: ExperimentConfig, mode: str, *, overwrite: bool = True) -> Path:
     )
     for rnd in range(1, rounds + 1):
         round_start = time.perf_counter()
+        learners = _into_round(cfg, mode, learners, rnd)
         active = active_regions(cfg, rnd)
         trained = [
             _train_one(

@@ -38,6 +38,7 @@ from fedmc_flwr.config import (
     ExperimentConfig,
     FederationConfig,
     active_regions,
+    at_round,
     join_round,
     region_steps,
     regions_of,
@@ -90,9 +91,10 @@ def train_region(
     (`forget_earlier_runs` has cleared its folder); later rounds resume the newest state
     saved before this round (see the module docstring), or start a fresh one if the region
     has none yet (it failed every round so far, or its node is new). A fresh learner takes
-    the global weights and statistics: a late region starts where the federation is.
+    the global weights and statistics: a late region starts where the federation is. Its
+    worlds are this round's (`at_round`: a drifting region's change of workload).
     """
-    learner = PPOLearner(cfg, [region], seed=learner_seed(cfg.seed, region))
+    learner = PPOLearner(at_round(cfg, server_round), [region], learner_seed(cfg.seed, region))
     folder = state_dir_of(state_dir, cfg, region)
     earlier = [r for r in saved_rounds(folder) if r < server_round] if server_round > 1 else []
     if earlier:

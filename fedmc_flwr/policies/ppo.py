@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedmc_flwr.config import ExperimentConfig, PPOConfig, learner_world, planned_steps
+from fedmc_flwr.config import ExperimentConfig, PPOConfig, learner_worlds, planned_steps
 from fedmc_flwr.policies import privileged
 from fedmc_flwr.policies.acting import actor_of, uniforms
 from fedmc_flwr.policies.base import Policy
@@ -41,6 +41,7 @@ from fedmc_flwr.policies.moments import MOMENT_ARRAYS, Moments
 from fedmc_flwr.policies.networks import ActorCritic, build_network
 from fedmc_flwr.policies.normalisers import ObservationNorm, RunningNorm
 from fedmc_flwr.seeds import training_seed
+from fedmc_flwr.sim.mixed import MixedSim, world_batch
 from fedmc_flwr.sim.world import MultiCloudSim
 
 STATISTICS = ("observation", "return")
@@ -224,7 +225,7 @@ class PPOLearner:
         """Time steps per env the learner plans to take, which its learning rate anneals over:
         a region's own (it may join late, or gather less per round) or the configured run."""
         ingress = np.array([regions[k % len(regions)] for k in range(cfg.ppo.num_envs)])
-        self._worlds = MultiCloudSim(learner_world(cfg.world, regions), cfg.reward, ingress)
+        self._worlds = world_batch(learner_worlds(cfg, regions), cfg.reward, ingress)
         """The worlds, started (reset from their seeds) on first use: see `sim`."""
         self.seed = seed
         torch_seed = _torch_seed(seed)
@@ -258,7 +259,7 @@ class PPOLearner:
     # --- the worlds -------------------------------------------------------------------
 
     @property
-    def sim(self) -> MultiCloudSim:
+    def sim(self) -> MultiCloudSim | MixedSim:
         """The learner's batch of worlds, each started from its first training seed when
         first asked for (`_start`)."""
         self._start()
