@@ -57,3 +57,37 @@ def test_a_late_region_that_never_beats_sed_says_so() -> None:
 def test_a_personal_variant_that_pays_leaves_its_setting_unexplained() -> None:
     gains = [_gain("busy", "ppo-fedavg", -0.006), _gain("busy", "ppo-fine-tuned", 0.01)]
     assert why_it_does_not_pay(gains) == ""
+
+
+def test_a_drifting_region_is_read_from_the_change_not_from_joining() -> None:
+    race = {"ppo-fedavg": RaceToReference(None, None), "ppo-local": RaceToReference(None, None)}
+    drift = Gain(
+        "drift",
+        "ppo-fedavg",
+        "us-east1",
+        [0, 1],
+        Estimate(0.0, 0.003, 5),
+        None,
+        Estimate(0.04, 0.003, 5),
+        race,
+        "the change",
+    )
+    line = why_it_does_not_pay([drift]).splitlines()[-1]
+    assert "federating pays at the round of the change, +0.0400 ± 0.0030 (pays)" in line
+    assert "from the change, the federated learner beats SED not within the run" in line
+    assert "joining" not in line
+
+
+def test_a_tie_with_local_that_centralised_beats_blames_the_averaging() -> None:
+    small = Gain(
+        "small",
+        "ppo-fedavg",
+        "all regions",
+        [0, 1],
+        Estimate(0.0, 0.003, 5),
+        Estimate(-0.05, 0.01, 5),
+    )
+    line = why_it_does_not_pay([small]).splitlines()[-1]
+    assert "FedAvg ties its local learners, +0.0000 ± 0.0030" in line
+    assert "centralised PPO, trained on the same experience pooled, beats FedAvg" in line
+    assert "no cost of averaging" not in line

@@ -115,6 +115,9 @@ class Gain:
     """A late region: federated minus local at its first evaluation; a drifting one: at
     the round of the change."""
     race: dict[str, RaceToReference] | None = None
+    since: str = "joining"
+    """What `first_versus_local` and the race count from: 'joining' (a late region) or
+    'the change' (a drifting one)."""
 
 
 def _training_seconds(sweep: Sweep, variant: str, region: str, rounds: range) -> float:
@@ -195,6 +198,7 @@ def federating_gains(sweep: Sweep, federated: Sequence[str] | None = None) -> li
                 _versus(mine, variant, CENTRALISED) if drifts(cfg, region) else None,
                 _versus(mine, variant, LOCAL, start) if start is not None else None,
                 race,
+                "the change" if drifts(cfg, region) else "joining",
             )
         )
     return gains
@@ -309,8 +313,12 @@ def _why_not(rows: Sequence[Gain]) -> tuple[str, bool] | None:
     versus_local = _difference(fedavg.versus_local)
     tie = False
     if _pays(fedavg.first_versus_local):
+        lead = {
+            "joining": "joining pays at its first evaluation",
+            "the change": "federating pays at the round of the change",
+        }[fedavg.since]
         cause = (
-            f"joining pays at its first evaluation, {_difference(fedavg.first_versus_local)}; "
+            f"{lead}, {_difference(fedavg.first_versus_local)}; "
             f"by the last round its local learner has caught up, {versus_local}"
             f"{_race_words(fedavg)}"
         )
@@ -318,6 +326,13 @@ def _why_not(rows: Sequence[Gain]) -> tuple[str, bool] | None:
         cause = (
             f"its local learners beat FedAvg, {versus_local}: its regions want different "
             "policies, and averaging pulls them toward one"
+        )
+    elif fedavg.versus_centralised is not None and fedavg.versus_centralised.verdict() == "worse":
+        cause = (
+            f"FedAvg ties its local learners, {versus_local}, while centralised PPO, trained "
+            "on the same experience pooled, beats FedAvg, "
+            f"{_difference(fedavg.versus_centralised)}: the regions' experience helps, "
+            "averaging their updates does not deliver it"
         )
     else:
         tie = True
@@ -331,7 +346,8 @@ def _why_not(rows: Sequence[Gain]) -> tuple[str, bool] | None:
 
 
 def _race_words(gain: Gain) -> str:
-    """How soon each learner of a late region beats SED, as a clause ('' without a race)."""
+    """How soon each learner of a late or drifting region beats SED, as a clause ('' without
+    a race)."""
     if not gain.race or LOCAL not in gain.race:
         return ""
 
@@ -340,7 +356,7 @@ def _race_words(gain: Gain) -> str:
 
     federated, local = gain.race[gain.variant], gain.race[LOCAL]
     return (
-        f"; from joining, the federated learner beats {REFERENCE.upper()} {soon(federated)}, "
+        f"; from {gain.since}, the federated learner beats {REFERENCE.upper()} {soon(federated)}, "
         f"its local learner {soon(local)}"
     )
 
