@@ -13,12 +13,17 @@ def _gain(
     versus_local: float,
     first: float | None = None,
     race: dict[str, RaceToReference] | None = None,
+    centralised: float | None = None,
+    since: str = "joining",
 ) -> Gain:
     """A row whose differences have a 95% half-width of 0.003."""
     estimate = Estimate(versus_local, 0.003, 5)
     first_estimate = Estimate(first, 0.003, 5) if first is not None else None
+    central = Estimate(centralised, 0.003, 5) if centralised is not None else None
     seeds = [0, 1, 2, 3, 4]
-    return Gain(setting, variant, "all regions", seeds, estimate, None, first_estimate, race)
+    return Gain(
+        setting, variant, "all regions", seeds, estimate, central, first_estimate, race, since
+    )
 
 
 RACE = {"ppo-fedavg": RaceToReference(6, 57.0), "ppo-local": RaceToReference(4, 45.0)}
@@ -61,17 +66,7 @@ def test_a_personal_variant_that_pays_leaves_its_setting_unexplained() -> None:
 
 def test_a_drifting_region_is_read_from_the_change_not_from_joining() -> None:
     race = {"ppo-fedavg": RaceToReference(None, None), "ppo-local": RaceToReference(None, None)}
-    drift = Gain(
-        "drift",
-        "ppo-fedavg",
-        "us-east1",
-        [0, 1],
-        Estimate(0.0, 0.003, 5),
-        None,
-        Estimate(0.04, 0.003, 5),
-        race,
-        "the change",
-    )
+    drift = _gain("drift", "ppo-fedavg", 0.0, first=0.04, race=race, since="the change")
     line = why_it_does_not_pay([drift]).splitlines()[-1]
     assert "federating pays at the round of the change, +0.0400 ± 0.0030 (pays)" in line
     assert "from the change, the federated learner beats SED not within the run" in line
@@ -79,15 +74,7 @@ def test_a_drifting_region_is_read_from_the_change_not_from_joining() -> None:
 
 
 def test_a_tie_with_local_that_centralised_beats_blames_the_averaging() -> None:
-    small = Gain(
-        "small",
-        "ppo-fedavg",
-        "all regions",
-        [0, 1],
-        Estimate(0.0, 0.003, 5),
-        Estimate(-0.05, 0.01, 5),
-    )
-    line = why_it_does_not_pay([small]).splitlines()[-1]
+    line = why_it_does_not_pay([_gain("small", "ppo-fedavg", 0.0, centralised=-0.05)])
     assert "FedAvg ties its local learners, +0.0000 ± 0.0030" in line
     assert "centralised PPO, trained on the same experience pooled, beats FedAvg" in line
     assert "no cost of averaging" not in line
