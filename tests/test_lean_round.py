@@ -11,10 +11,13 @@ import numpy as np
 import pytest
 from test_ppo import tiny_cfg
 
-from fedmc_flwr.config import ExperimentConfig, WorldConfig
+from fedmc_flwr.config import ExperimentConfig, WorldConfig, to_yaml
+from fedmc_flwr.federation import client_app
+from fedmc_flwr.federation.client_app import experiment_from
 from fedmc_flwr.policies import privileged
 from fedmc_flwr.policies.ppo import PPOLearner
 from fedmc_flwr.seeds import training_seed
+from fedmc_flwr.sim import state_file
 from fedmc_flwr.sim.world import MultiCloudSim
 
 
@@ -119,8 +122,12 @@ def test_a_learner_starts_its_worlds_only_when_it_needs_them(
     judged.set_weights(trained.get_weights())
     judged.policy()
     assert resets == []  # the loaded state replaces the start; judging needs no worlds
-    for name, value in trained.state().items():
-        np.testing.assert_array_equal(resumed.state()[name], value, err_msg=name)
+    ours_saved, theirs_saved = resumed.state(), trained.state()
+    for name, value in theirs_saved.items():  # the rings' free slots are not saved
+        if name != "sim.ring":
+            np.testing.assert_array_equal(ours_saved[name], value, err_msg=name)
+    live = [state_file.compact(s.sim.get_state())[state_file.LIVE] for s in (resumed, trained)]
+    np.testing.assert_array_equal(*live)
     np.testing.assert_array_equal(resumed.obs, trained.obs)
     ours, theirs = resumed.train_round(16), trained.train_round(16)
     del ours["steps_per_second"], theirs["steps_per_second"]  # the clock's, not the learner's
@@ -135,3 +142,51 @@ def test_a_late_start_gives_the_worlds_an_early_one_would() -> None:
     obs, mask = sim.reset(np.array(seeds, dtype=np.uint64))
     np.testing.assert_array_equal(learner.obs, obs)
     np.testing.assert_array_equal(learner.mask, mask)
+
+
+def test_worlds_resumed_from_their_live_queues_step_as_the_whole_rings_do(
+    small_demo: ExperimentConfig,
+) -> None:
+    """Tiny queues that wrap their rings, fill and refuse: a world set from the expanded
+    compact state steps exactly as the world it was taken from, and the file keeps one
+    value per queued job."""
+    sim = _busy_world(small_demo)
+    rng = np.random.default_rng(2)
+    for _ in range(150):
+        sim.step(_valid_actions(sim.mask, rng))
+    saved = sim.get_state()
+    compact = state_file.compact(saved)
+    assert "ring" not in compact and compact[state_file.LIVE].size == saved["count"].sum() > 0
+    twin = _busy_world(small_demo)
+    twin.set_state(state_file.expand(compact))
+    wrapped = 0
+    for _ in range(150):
+        actions = _valid_actions(sim.mask, rng)
+        wrapped += int((sim.state.head + sim.state.count > sim.state.ring.shape[2]).sum())
+        ours, theirs = twin.step(actions), sim.step(actions)
+        for name, value in theirs._asdict().items():
+            np.testing.assert_array_equal(getattr(ours, name), value, err_msg=name)
+    assert wrapped > 0  # some queue ran past its ring's end and wrapped round
+
+
+def test_a_state_saved_whole_loads_and_a_mismatched_one_is_refused() -> None:
+    sim = MultiCloudSim(WorldConfig(), ExperimentConfig().reward, [0, 1])
+    sim.reset([3, 4])
+    whole = sim.get_state()
+    assert state_file.expand(whole).keys() == whole.keys()
+    compact = state_file.compact(whole)
+    compact["count"] = compact["count"] + 1
+    with pytest.raises(ValueError, match="saved queues do not match"):
+        state_file.expand(compact)
+
+
+def test_each_message_gets_its_own_copy_of_the_config_parsed_once(
+    small_demo: ExperimentConfig,
+) -> None:
+    message = {"experiment": to_yaml(small_demo)}
+    client_app._parsed.cache_clear()
+    first, second = experiment_from(message), experiment_from(message)
+    assert first == second == small_demo and first is not second
+    first.world.regions += 1  # one message's learner may change its copy
+    assert experiment_from(message).world.regions == small_demo.world.regions
+    assert client_app._parsed.cache_info().misses == 1

@@ -41,6 +41,7 @@ from fedmc_flwr.policies.moments import MOMENT_ARRAYS, Moments
 from fedmc_flwr.policies.networks import ActorCritic, build_network
 from fedmc_flwr.policies.normalisers import ObservationNorm, RunningNorm
 from fedmc_flwr.seeds import training_seed
+from fedmc_flwr.sim import state_file
 from fedmc_flwr.sim.mixed import MixedSim, world_batch
 from fedmc_flwr.sim.world import MultiCloudSim
 
@@ -580,8 +581,13 @@ class PPOLearner:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("wb") as handle:
-            np.savez(handle, **self._state(self.sim.state._asdict()))
+            np.savez(handle, **self._state(state_file.compact(self.sim.state._asdict())))
 
     def load(self, path: str | Path) -> None:
+        """Resume from a `save`d file; its worlds' queues are expanded back into rings
+        (`state_file`), and a file that holds whole rings loads as it is."""
         with np.load(Path(path), allow_pickle=False) as data:
-            self.load_state({key: data[key] for key in data.files}, adopt=True)
+            saved = {key: data[key] for key in data.files}
+        worlds = state_file.expand({k[4:]: v for k, v in saved.items() if k.startswith("sim.")})
+        rest = {key: value for key, value in saved.items() if not key.startswith("sim.")}
+        self.load_state(rest | {f"sim.{key}": value for key, value in worlds.items()}, adopt=True)

@@ -82,7 +82,7 @@ import numba
 import numpy as np
 
 from fedmc_flwr.config import RewardWeights, WorldConfig
-from fedmc_flwr.sim import kernel
+from fedmc_flwr.sim import kernel, state_file
 from fedmc_flwr.sim.layout import ObsLayout
 from fedmc_flwr.sim.signals import (
     BURST_EXIT,
@@ -440,3 +440,4 @@ def warm_cache() -> None:
     sim.reset([0])
     sim.dispatch_costs()
     sim.step(np.zeros(1, dtype=np.int64))
+    state_file.expand(state_file.compact(sim.get_state()))
