@@ -34,11 +34,15 @@ per world; it prints whether the two trees' worlds are equal bit for bit (exit c
 not). Then the speed: each round runs one subprocess per tree, in alternating order, which
 times the serial kernel (one thread; by the wall clock, and per second of the stepping
 thread's CPU, which other processes inflate far less) and the parallel kernel
-(`--threads`, 2 by default) on the same batch (small_demo, B=1024 by default). Machine
-noise then hits both trees alike; the table gives each tree's median over the rounds and
-their ratio, per kernel, and the load average. A parallel figure means something only on
-a machine with `--threads` cores free: where other work keeps them busy, each step waits
-for a descheduled thread.
+(`--threads`, 2 by default) on the same batch (small_demo, B=1024 by default), their
+repetitions alternating. Machine noise then hits both trees alike; the table gives each
+tree's median over the rounds and their ratio, per kernel, and the load average. The
+parallel kernel's speedup is the median of each parallel repetition over the serial one
+beside it, with its quartiles. At two threads each round also runs this checkout's
+serial kernel in two processes at once: their summed rate over one alone is what two
+cores give two steppers that share nothing, the ceiling of any two-thread speedup on the
+machine. A parallel figure means something only on a machine with `--threads` cores
+free: where other work keeps them busy, each step waits for a descheduled thread.
 
     python bench/bench_sim.py --against HEAD~1 [--rounds 7] [--batch 1024] [--threads 2]
 
@@ -104,6 +108,18 @@ def sim_steps_per_second(
     """Median env steps per second of MultiCloudSim.step over a batch of `envs` worlds,
     by `clock` (`time.thread_time`: per second of the stepping thread's CPU, which other
     processes on a busy machine inflate far less than the wall clock; one thread only)."""
+    return _median_rate(stepping(cfg, envs, threads, seconds, clock), reps)
+
+
+def stepping(
+    cfg: ExperimentConfig,
+    envs: int,
+    threads: int,
+    seconds: float,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Callable[[], tuple[int, float]]:
+    """One repetition's timer: a batch of `envs` worlds, compiled and stepped once, and a
+    call that steps it for about `seconds` and returns (env steps, seconds by `clock`)."""
     sim = MultiCloudSim(cfg.world, cfg.reward, np.arange(envs) % cfg.world.regions, threads)
     _, mask = sim.reset(np.arange(envs))
     noise = np.random.default_rng(0).random((_NOISE_ROWS, envs, sim.num_actions))
@@ -122,7 +138,7 @@ def sim_steps_per_second(
             elapsed += clock() - start
         return calls * envs, elapsed
 
-    return _median_rate(run_once, reps)
+    return run_once
 
 
 @contextmanager
@@ -302,19 +318,53 @@ def compare_worlds(trees: dict[str, Path], threads: int) -> bool:
     return equal
 
 
-def time_kernels(args: argparse.Namespace) -> dict[str, float]:
+def time_kernels(args: argparse.Namespace) -> dict[str, object]:
     """Steps/s of the serial kernel (one thread) and of the parallel kernel on
-    `args.threads` threads, one batch of small_demo (a worker of `against`)."""
+    `args.threads` threads, one batch of small_demo (a worker of `against`).
+
+    The two kernels' repetitions alternate, each parallel one beside the serial one just
+    before or after it, and `speedups` holds each pair's ratio: the machine's speed drifts
+    by tens of percent within seconds here, so two figures timed apart can say 1.6x or
+    2.1x of the same code."""
     cfg = load_config(args.config)
-    rates = {"serial": sim_steps_per_second(cfg, args.batch, 1, args.reps, args.seconds)}
-    rates["serial_cpu"] = sim_steps_per_second(
-        cfg, args.batch, 1, args.reps, args.seconds, time.thread_time
-    )
-    if args.threads > 1:
-        rates["parallel"] = sim_steps_per_second(
-            cfg, args.batch, args.threads, args.reps, args.seconds
+    serial_steps = stepping(cfg, args.batch, 1, args.seconds)
+    rates: dict[str, object] = {
+        "serial_cpu": sim_steps_per_second(
+            cfg, args.batch, 1, args.reps, args.seconds, time.thread_time
         )
-    return rates
+    }
+    if args.threads <= 1 or args.serial_only:
+        return rates | {"serial": _median_rate(serial_steps, args.reps)}
+    parallel_steps = stepping(cfg, args.batch, args.threads, args.seconds)
+    serial, parallel = [], []
+    order = [(serial, serial_steps), (parallel, parallel_steps)]
+    for rep in range(args.reps):
+        for rates_of, run in order if rep % 2 == 0 else order[::-1]:
+            steps, seconds = run()
+            rates_of.append(steps / seconds)
+    return rates | {
+        "serial": statistics.median(serial),
+        "parallel": statistics.median(parallel),
+        "speedups": [p / s for p, s in zip(parallel, serial, strict=True)],
+    }
+
+
+def machine_ceiling(args: argparse.Namespace) -> float:
+    """What two cores give two independent steppers: two serial workers of this checkout
+    at once, their steps/s summed, over one alone just after. The parallel kernel's
+    speedup cannot beat it: it is the machine's (shared caches, memory, clock), not the
+    kernel's."""
+    worker = [sys.executable, __file__, "--worker", "--serial-only", "--config", str(args.config)]
+    worker += ["--batch", str(args.batch), "--reps", str(args.reps)]
+    worker += ["--seconds", str(args.seconds)]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    pair = [
+        subprocess.Popen(worker, env=env, cwd=REPO, stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    together = sum(json.loads(p.communicate()[0].splitlines()[-1])["serial"] for p in pair)
+    alone = json.loads(_in_tree(REPO, *worker[2:]).splitlines()[-1])["serial"]
+    return together / alone
 
 
 def against(args: argparse.Namespace) -> int:
@@ -336,7 +386,12 @@ def against(args: argparse.Namespace) -> int:
             for name in order:
                 figures = json.loads(_in_tree(trees[name], *worker_args).splitlines()[-1])
                 for kernel_name, rate in figures.items():
-                    rates.setdefault((name, kernel_name), []).append(rate)
+                    pooled = rates.setdefault((name, kernel_name), [])
+                    pooled.extend(rate) if isinstance(rate, list) else pooled.append(rate)
+            if threads == 2:
+                rates.setdefault(("this checkout", "ceiling"), []).append(machine_ceiling(args))
+    speedups = {name: rates.pop((name, "speedups"), []) for name in trees}
+    ceilings = rates.pop(("this checkout", "ceiling"), [])
     medians = {key: statistics.median(r) for key, r in rates.items()}
     kernels = {
         "serial": "serial, 1 thread",
@@ -359,10 +414,28 @@ def against(args: argparse.Namespace) -> int:
         figures |= {f"{k}_this_checkout": round(mine), f"{k}_revision": round(theirs)}
         figures[f"{k}_ratio"] = round(mine / theirs, 3)
     if "parallel" in kernels:
-        speedups = [medians[(name, "parallel")] / medians[(name, "serial")] for name in trees]
-        print(f"{'parallel / serial':<22}" + "".join(f"{s:>15.2f}x" for s in speedups))
-        figures |= {"speedup_this_checkout": round(speedups[0], 2)}
-        figures |= {"speedup_revision": round(speedups[1], 2)}
+        paired = [statistics.median(speedups[name]) for name in trees]
+        quartiles = [statistics.quantiles(speedups[name], n=4) for name in trees]
+        print(
+            f"{'parallel / serial':<22}"
+            + "".join(f"{s:>15.2f}x" for s in paired)
+            + " " * 11
+            + "; ".join(f"{q[0]:.2f} .. {q[2]:.2f}" for q in quartiles)
+        )
+        print(" (each parallel repetition over the serial one beside it: median, quartiles)")
+        figures |= {"speedup_this_checkout": round(paired[0], 2)}
+        figures |= {"speedup_revision": round(paired[1], 2)}
+        figures |= {"speedup_quartiles_this_checkout": [round(q, 2) for q in quartiles[0][::2]]}
+    if ceilings:
+        ceiling = statistics.median(ceilings)
+        print(
+            f"{'two serial processes':<22}{ceiling:>15.2f}x"
+            + " " * 27
+            + f"{min(ceilings):.2f} .. {max(ceilings):.2f}"
+        )
+        print(" (this checkout's serial kernel in two processes at once over one alone: the")
+        print("  machine's ceiling for any two-thread speedup)")
+        figures |= {"two_processes_over_one": round(ceiling, 2)}
     figures |= {"against": args.against, "batch": args.batch, "threads": threads}
     figures |= {"rounds": args.rounds, "worlds_equal": equal}
     figures |= {"load_average_1min": [load_before, load_after]}
@@ -412,6 +485,7 @@ def main() -> None:
     )
     parser.add_argument("--trace", action="store_true", help="time only small_demo beside trace_dc")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--serial-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--worker-worlds", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:  # one round of `against`, in whichever tree PYTHONPATH names
