@@ -38,9 +38,9 @@ thread's CPU, which other processes inflate far less) and the parallel kernel
 repetitions alternating. Machine noise then hits both trees alike; the table gives each
 tree's median over the rounds and their ratio, per kernel, and the load average. The
 parallel kernel's speedup is the median of each parallel repetition over the serial one
-beside it, with its quartiles. At two threads each round also runs this checkout's
-serial kernel in two processes at once: their summed rate over one alone is what two
-cores give two steppers that share nothing, the ceiling of any two-thread speedup on the
+beside it, with its quartiles. Each round also runs this checkout's serial kernel in
+`--threads` processes at once: their summed rate over one alone is what that many cores
+give steppers that share nothing, the ceiling of the parallel kernel's speedup on the
 machine. A parallel figure means something only on a machine with `--threads` cores
 free: where other work keeps them busy, each step waits for a descheduled thread.
 
@@ -281,16 +281,29 @@ def _expected_dispatch_costs(sim: MultiCloudSim) -> np.ndarray:
     return sim.dispatch_costs(knows_size=False, knows_backlogs=False)
 
 
-def _in_tree(tree: Path, *args: str) -> str:
-    """This script's output, run in a subprocess on the simulator of `tree`."""
-    return subprocess.run(
+def _start_in_tree(tree: Path, *args: str) -> subprocess.Popen[str]:
+    """This script, started in a subprocess on the simulator of `tree`."""
+    return subprocess.Popen(
         [sys.executable, __file__, *args],
         env={**os.environ, "PYTHONPATH": str(tree)},
         cwd=REPO,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        check=True,
-    ).stdout
+    )
+
+
+def _output(process: subprocess.Popen[str]) -> str:
+    """A started script's output, once it has ended well."""
+    out, err = process.communicate()
+    if process.returncode:
+        raise subprocess.CalledProcessError(process.returncode, process.args, out, err)
+    return out
+
+
+def _in_tree(tree: Path, *args: str) -> str:
+    """This script's output, run in a subprocess on the simulator of `tree`."""
+    return _output(_start_in_tree(tree, *args))
 
 
 def compare_worlds(trees: dict[str, Path], threads: int) -> bool:
@@ -328,12 +341,14 @@ def time_kernels(args: argparse.Namespace) -> dict[str, object]:
     2.1x of the same code."""
     cfg = load_config(args.config)
     serial_steps = stepping(cfg, args.batch, 1, args.seconds)
+    if args.serial_only:  # a process of `machine_ceiling`
+        return {"serial": _median_rate(serial_steps, args.reps)}
     rates: dict[str, object] = {
         "serial_cpu": sim_steps_per_second(
             cfg, args.batch, 1, args.reps, args.seconds, time.thread_time
         )
     }
-    if args.threads <= 1 or args.serial_only:
+    if args.threads <= 1:
         return rates | {"serial": _median_rate(serial_steps, args.reps)}
     parallel_steps = stepping(cfg, args.batch, args.threads, args.seconds)
     serial, parallel = [], []
@@ -349,22 +364,17 @@ def time_kernels(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
-def machine_ceiling(args: argparse.Namespace) -> float:
-    """What two cores give two independent steppers: two serial workers of this checkout
-    at once, their steps/s summed, over one alone just after. The parallel kernel's
-    speedup cannot beat it: it is the machine's (shared caches, memory, clock), not the
-    kernel's."""
-    worker = [sys.executable, __file__, "--worker", "--serial-only", "--config", str(args.config)]
+def machine_ceiling(args: argparse.Namespace, threads: int) -> float:
+    """What `threads` cores give as many independent steppers: this checkout's serial
+    kernel in `threads` processes at once, their steps/s summed, over one alone just
+    after. A parallel kernel on `threads` threads cannot beat it: the limit is the
+    machine's (shared caches, memory, clock), not the kernel's."""
+    worker = ["--worker", "--serial-only", "--config", str(args.config)]
     worker += ["--batch", str(args.batch), "--reps", str(args.reps)]
     worker += ["--seconds", str(args.seconds)]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    pair = [
-        subprocess.Popen(worker, env=env, cwd=REPO, stdout=subprocess.PIPE, text=True)
-        for _ in range(2)
-    ]
-    together = sum(json.loads(p.communicate()[0].splitlines()[-1])["serial"] for p in pair)
-    alone = json.loads(_in_tree(REPO, *worker[2:]).splitlines()[-1])["serial"]
-    return together / alone
+    together = [_start_in_tree(REPO, *worker) for _ in range(threads)]
+    summed = sum(json.loads(_output(p).splitlines()[-1])["serial"] for p in together)
+    return summed / json.loads(_in_tree(REPO, *worker).splitlines()[-1])["serial"]
 
 
 def against(args: argparse.Namespace) -> int:
@@ -387,9 +397,10 @@ def against(args: argparse.Namespace) -> int:
                 figures = json.loads(_in_tree(trees[name], *worker_args).splitlines()[-1])
                 for kernel_name, rate in figures.items():
                     pooled = rates.setdefault((name, kernel_name), [])
-                    pooled.extend(rate) if isinstance(rate, list) else pooled.append(rate)
-            if threads == 2:
-                rates.setdefault(("this checkout", "ceiling"), []).append(machine_ceiling(args))
+                    pooled += rate if isinstance(rate, list) else [rate]
+            if threads > 1:
+                ceiling = machine_ceiling(args, threads)
+                rates.setdefault(("this checkout", "ceiling"), []).append(ceiling)
     speedups = {name: rates.pop((name, "speedups"), []) for name in trees}
     ceilings = rates.pop(("this checkout", "ceiling"), [])
     medians = {key: statistics.median(r) for key, r in rates.items()}
@@ -429,13 +440,13 @@ def against(args: argparse.Namespace) -> int:
     if ceilings:
         ceiling = statistics.median(ceilings)
         print(
-            f"{'two serial processes':<22}{ceiling:>15.2f}x"
+            f"{f'{threads} serial processes':<22}{ceiling:>15.2f}x"
             + " " * 27
             + f"{min(ceilings):.2f} .. {max(ceilings):.2f}"
         )
-        print(" (this checkout's serial kernel in two processes at once over one alone: the")
-        print("  machine's ceiling for any two-thread speedup)")
-        figures |= {"two_processes_over_one": round(ceiling, 2)}
+        print(f" (this checkout's serial kernel in {threads} processes at once over one alone:")
+        print(f"  the machine's ceiling for any {threads}-thread speedup)")
+        figures |= {"processes_over_one": round(ceiling, 2)}
     figures |= {"against": args.against, "batch": args.batch, "threads": threads}
     figures |= {"rounds": args.rounds, "worlds_equal": equal}
     figures |= {"load_average_1min": [load_before, load_after]}

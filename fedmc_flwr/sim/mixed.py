@@ -127,7 +127,7 @@ class MixedSim:
         return self._gather([sim.dispatch_costs(knows_size, knows_backlogs) for sim in self._sims])
 
     def get_state(self) -> dict[str, np.ndarray]:
-        return {name: value.copy() for name, value in self.state._asdict().items()}
+        return self.state._asdict()  # `state` gathers into fresh arrays: copies already
 
     def set_state(self, state: dict[str, np.ndarray], adopt: bool = False) -> None:
         """`MultiCloudSim.set_state`; each world takes its envs' rows, copies of `state`'s
