@@ -450,6 +450,10 @@ class TrainConfig:
     """A region whose training workload changes at a round (`Drift`; round 0: none)."""
 
 
+SERVER_OPTIMIZERS = ("none", "fedavgm", "fedadam")
+"""The server's steps `federation.server_optimizer` may name (`federation/server_optimizers.py`
+takes each)."""
+
 Breakdown = Callable[[int, float, int], int]
 """(regions, trim_fraction, min_regions) -> the most hostile regions a rule holds against."""
 
@@ -535,6 +539,21 @@ class FederationConfig:
     global policy and statistics (a local learner of `fedmc train`: from scratch). Under
     `fedmc deploy` the SuperNode serving only late regions starts once the round before
     is done. At least `min_regions` regions join in round 1."""
+    server_optimizer: str = one_of(SERVER_OPTIMIZERS, "none")
+    """The server's own step on the round's aggregate (`federation/server_optimizers.py`):
+    'none' (the global network is the aggregate), 'fedavgm' (server momentum) or 'fedadam'
+    (Reddi et al. 2021). The aggregate's change from the previous global network is a
+    pseudo-gradient: with n regions each taking a few steps of its own, their mean moves
+    the network about as far as one region would, and the server's step restores the
+    distance that n regions' experience is worth."""
+    server_learning_rate: float = 1.0
+    """The server optimiser's step size (1 with momentum 0 under 'fedavgm' is FedAvg)."""
+    server_momentum: float = 0.9
+    """'fedavgm': the momentum of the server's step; 'fedadam': its first-moment decay."""
+    server_beta2: float = 0.99
+    """'fedadam': the second-moment decay."""
+    server_tau: float = 1e-3
+    """'fedadam': the adaptivity floor added to the root of the second moment."""
 
 
 @dataclass
@@ -688,6 +707,10 @@ _RANGES: dict[str, _Check] = {
     "federation.acceptance_steps": (_positive, "an integer > 0"),
     "federation.acceptance_tolerance": (_non_negative, "a number >= 0"),
     "federation.clip": (_non_negative, "a number >= 0 (0 turns clipping off)"),
+    "federation.server_learning_rate": (_positive, "a number > 0"),
+    "federation.server_momentum": (_unit_half_open, "a number in [0, 1)"),
+    "federation.server_beta2": (_unit_half_open, "a number in [0, 1)"),
+    "federation.server_tau": (_positive, "a number > 0"),
     "federation.min_regions": (lambda v: v >= 1, "an integer >= 1"),
     "federation.round_timeout_s": (_positive, "a number of seconds > 0"),
     "federation.deadline_s": (_non_negative, "a number of seconds >= 0 (0: no deadline)"),

@@ -139,6 +139,9 @@ def test_policy_name_says_which_arms_are_on() -> None:
     assert policy_name(FederationConfig(proximal_mu=0.01)) == "ppo-fedprox"
     both = FederationConfig(strategy="shrink", mu=0.1, proximal_mu=0.01)
     assert policy_name(both) == "ppo-fedprox-shrink"
+    assert policy_name(FederationConfig(server_optimizer="fedadam")) == "ppo-fedadam"
+    momentum = FederationConfig(server_optimizer="fedavgm", proximal_mu=0.01)
+    assert policy_name(momentum) == "ppo-fedprox-fedavgm"
 
 
 def test_aggregate_pools_statistics_across_regions_and_rounds() -> None:

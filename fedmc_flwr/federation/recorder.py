@@ -15,7 +15,10 @@ engine they are Ray actors, in the deployment engine processes on other nodes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+
+import numpy as np
 
 from fedmc_flwr.config import ExperimentConfig
 from fedmc_flwr.evaluation import EvalResult
@@ -63,8 +66,15 @@ class RunRecorder:
         write_json(self.out_dir / STATUS_FILE, {"state": state, "run_id": self.run_id, **details})
 
     def on_fit(
-        self, server_round: int, updates: list[RegionUpdate], weights: Weights, wall_s: float
+        self,
+        server_round: int,
+        updates: list[RegionUpdate],
+        weights: Weights,
+        wall_s: float,
+        server_state: Mapping[str, np.ndarray] | None = None,
     ) -> None:
+        """The round's training rows, and its checkpoint: the global weights with the
+        server optimiser's state (`ServerState.arrays`), which a resumed run continues."""
         trained = [
             Trained(
                 client=self.region_names[u.region],
@@ -77,7 +87,7 @@ class RunRecorder:
             for u in updates
         ]
         self.tables.trained(server_round, trained, wall_s)
-        write_weights(round_checkpoint(self.out_dir, server_round), weights)
+        write_weights(round_checkpoint(self.out_dir, server_round), weights, server_state)
 
     def on_failures(self, server_round: int, phase: str, failed: dict[int, str]) -> None:
         """One `failed` row per region left out of the round's training or evaluation."""

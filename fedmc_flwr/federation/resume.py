@@ -5,11 +5,11 @@
 - `refuse` (the default): an experiment directory that already holds results is an error;
 - `overwrite`: the files an earlier run wrote are removed first;
 - `resume`: continue after the last completed round (`progress.json`): the global weights
-  of that round's checkpoint, the tables cut back to that round (rows of a round that was
-  under way are dropped, so none is duplicated), and the round count; each region's
-  learner resumes from its own state file of that round. The experiment's saved config
-  must equal this run's, so a resumed run is the same run. With nothing completed yet, or
-  nothing there at all, `resume` simply starts the run.
+  and the server optimiser's state of that round's checkpoint, the tables cut back to that
+  round (rows of a round that was under way are dropped, so none is duplicated), and the
+  round count; each region's learner resumes from its own state file of that round. The
+  experiment's saved config must equal this run's, so a resumed run is the same run. With
+  nothing completed yet, or nothing there at all, `resume` simply starts the run.
 
 Every problem (a different config, a corrupt or mismatched checkpoint, an unreadable
 progress file) is a `ResumeError` with one line that names the file.
@@ -18,7 +18,7 @@ progress file) is a `ResumeError` with one line that names the file.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -26,7 +26,13 @@ from omegaconf import OmegaConf
 from fedmc_flwr.errors import InputError
 from fedmc_flwr.federation.aggregation import Weights, check_update
 from fedmc_flwr.federation.run_files import PROGRESS_FILE
-from fedmc_flwr.policies.checkpoints import CheckpointError, read_checkpoint, round_checkpoint
+from fedmc_flwr.federation.server_optimizers import ServerState
+from fedmc_flwr.policies.checkpoints import (
+    CheckpointError,
+    checkpoint_arrays,
+    read_checkpoint,
+    round_checkpoint,
+)
 from fedmc_flwr.results import PER_SEED_FILE, experiment_dir, holds_results, keep_rows
 
 ON_EXISTING = ("refuse", "overwrite", "resume")
@@ -49,6 +55,8 @@ class StartPoint:
     """Environment steps trained so far, over all regions."""
     weights: Weights
     """The global weights the next round starts from."""
+    server_state: ServerState = field(default_factory=ServerState)
+    """The server optimiser's state after the last completed round."""
 
 
 def resume_weights(path: Path, reference: Weights) -> Weights:
@@ -117,7 +125,10 @@ def resume_point(out: Path, resolved: str, initial: Weights, rounds: int) -> Sta
         raise ResumeError(f"{out / PROGRESS_FILE}: round {completed} is past train.rounds")
     if completed == 0:
         return StartPoint(0, 0, initial)
-    return StartPoint(completed, steps, resume_weights(round_checkpoint(out, completed), initial))
+    checkpoint = round_checkpoint(out, completed)
+    weights = resume_weights(checkpoint, initial)
+    state = ServerState.from_arrays(checkpoint_arrays(checkpoint))
+    return StartPoint(completed, steps, weights, state)
 
 
 def prepare_experiment(

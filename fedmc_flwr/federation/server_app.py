@@ -184,6 +184,7 @@ def prepare_run(
         node_joins=[int(k) for k in str(context.run_config.get("node-joins", "")).split()],
         partitions=partitions,
         score=rule_score(cfg),
+        server_state=start.server_state,
     )
     config = ServerConfig(
         num_rounds=cfg.train.rounds - done, round_timeout=cfg.federation.round_timeout_s

@@ -4,7 +4,8 @@
 weights to every client, sorts each round's replies and failures into healthy region
 updates and failed regions (`accounting.sort_out`), turns away the healthy-looking updates
 the aggregation rule refuses (`aggregation.screen`: each a failed region with its reason),
-builds the next global weights from the rest (`aggregation.aggregate`), and hands the
+builds the next global weights from the rest (`aggregation.aggregate`, then the server
+optimiser's step on the network: `server_optimizers.server_step`), and hands the
 round to a `RoundRecorder` (metrics rows, failure rows, checkpoints, progress). A round
 with fewer than `federation.min_regions` healthy regions stops the run with a
 `RoundFailed` naming them. Each client is asked through a `ReportingProxy`, so the
@@ -74,6 +75,8 @@ from fedmc_flwr.federation.accounting import (
 )
 from fedmc_flwr.federation.aggregation import RegionUpdate, Score, Weights, aggregate, screen
 from fedmc_flwr.federation.identity import by_rank, impostor
+from fedmc_flwr.federation.server_optimizers import ServerState, server_step
+from fedmc_flwr.policies.moments import MOMENT_ARRAYS
 
 CLIENT_WAIT_S = 60.0
 """How long the first round waits for any virtual client to register."""
@@ -96,7 +99,12 @@ class RoundRecorder(Protocol):
     """Where a round's outcome goes (metrics.csv, timing.csv, checkpoints, progress)."""
 
     def on_fit(
-        self, server_round: int, updates: list[RegionUpdate], weights: Weights, wall_s: float
+        self,
+        server_round: int,
+        updates: list[RegionUpdate],
+        weights: Weights,
+        wall_s: float,
+        server_state: Mapping[str, np.ndarray] | None = None,
     ) -> None: ...
 
     def on_failures(self, server_round: int, phase: str, failed: dict[int, str]) -> None: ...
@@ -174,8 +182,11 @@ class RegionStrategy(Strategy):
         node_joins: Sequence[int] = (),
         partitions: Partitions = ranked,
         score: Score | None = None,
+        server_state: ServerState | None = None,
     ) -> None:
         self.weights = [np.asarray(a) for a in initial]
+        self.server_state = server_state or ServerState()
+        """The server optimiser's state (`server_optimizers`), carried round to round."""
         self.join_rounds = list(join_rounds) or [1] * num_regions
         """The round each region joins in."""
         self.node_joins = list(node_joins)
@@ -348,8 +359,15 @@ class RegionStrategy(Strategy):
         )
         failed = dict(sorted({**outcome.failed, **refused, **rejected}.items()))
         self._require(rnd, "training", len(kept), failed)
-        self.weights = aggregate(kept, self.weights, self.federation, self.statistics)
-        self.recorder.on_fit(rnd, kept, self.weights, time.perf_counter() - self._started)
+        combined = aggregate(kept, self.weights, self.federation, self.statistics)
+        cut = len(combined) - self.statistics * MOMENT_ARRAYS
+        network, self.server_state = server_step(
+            self.weights[:cut], combined[:cut], self.server_state, self.federation
+        )
+        self.weights = network + combined[cut:]
+        self.recorder.on_fit(
+            rnd, kept, self.weights, time.perf_counter() - self._started, self.server_state.arrays()
+        )
         return ndarrays_to_parameters(self.weights), {}
 
     def configure_evaluate(

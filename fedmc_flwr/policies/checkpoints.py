@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -62,13 +62,18 @@ def run_config(checkpoint: Path) -> Path:
     return checkpoint.resolve().parent.parent / "config.yaml"
 
 
-def write_weights(path: Path, weights: Sequence[np.ndarray]) -> None:
-    """Weights as `w000, w001, ...` in one .npz (no pickle), written atomically: a run
-    killed mid-write leaves the previous file, never half of one."""
+def write_weights(
+    path: Path, weights: Sequence[np.ndarray], extra: Mapping[str, np.ndarray] | None = None
+) -> None:
+    """Weights as `w000, w001, ...` in one .npz (no pickle), with `extra` arrays beside them
+    under their own names (the server optimiser's state: one file, so a round's weights and
+    state are never out of step), written atomically: a run killed mid-write leaves the
+    previous file, never half of one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
+    arrays = {f"w{k:03d}": np.asarray(a) for k, a in enumerate(weights)}
     with partial.open("wb") as handle:
-        np.savez(handle, **{f"w{k:03d}": np.asarray(a) for k, a in enumerate(weights)})
+        np.savez(handle, **arrays, **(extra or {}))
     os.replace(partial, path)
 
 
@@ -88,8 +93,8 @@ def _why_unreadable(exc: Exception) -> str:
     return type(exc).__name__
 
 
-def _arrays(path: Path) -> dict[str, np.ndarray]:
-    """Every array of an .npz file, read without pickle."""
+def checkpoint_arrays(path: Path) -> dict[str, np.ndarray]:
+    """Every array of an .npz file by name, read without pickle."""
     try:
         data = np.load(path, allow_pickle=False)
         if not isinstance(data, np.lib.npyio.NpzFile):
@@ -128,7 +133,7 @@ def read_checkpoint(path: Path) -> list[np.ndarray]:
 
     Never unpickles: `allow_pickle=False` refuses object arrays, and every other problem
     (a missing, empty, truncated or foreign file, arrays of text) is a `CheckpointError`."""
-    weights = _policy_arrays(path, _arrays(path))
+    weights = _policy_arrays(path, checkpoint_arrays(path))
     for k, array in enumerate(weights):
         if array.dtype.kind not in "biuf":
             raise CheckpointError(f"{path}: array {k} holds {array.dtype}, not numbers")
