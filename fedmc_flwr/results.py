@@ -107,6 +107,7 @@ PHASES = ("train", "eval", "failed")
 EXPERIMENT_FILES = (
     "metrics.csv",
     "timing.csv",
+    "drift.csv",
     PER_SEED_FILE,
     "config.yaml",
     "progress.json",

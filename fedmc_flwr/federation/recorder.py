@@ -23,12 +23,14 @@ import numpy as np
 from fedmc_flwr.config import ExperimentConfig
 from fedmc_flwr.evaluation import EvalResult
 from fedmc_flwr.federation.aggregation import RegionUpdate, Weights
+from fedmc_flwr.federation.drift import DRIFT_COLUMNS, DRIFT_FILE
 from fedmc_flwr.federation.progress import RoundProgress
 from fedmc_flwr.federation.run_files import PROGRESS_FILE, STATUS_FILE, write_json
 from fedmc_flwr.federation.wire import policy_name, updates_of
 from fedmc_flwr.policies.checkpoints import round_checkpoint, write_weights
 from fedmc_flwr.policies.ppo import ROUND_METRICS
 from fedmc_flwr.recording import Recorder, Trained
+from fedmc_flwr.results import MetricsWriter
 
 
 class RunRecorder:
@@ -59,6 +61,9 @@ class RunRecorder:
             pooled=True,
             resume_steps=resume_steps,
         )
+        self.drift = MetricsWriter(
+            out_dir / DRIFT_FILE, columns=DRIFT_COLUMNS, append=resume_steps is not None
+        )
         self.progress = RoundProgress(cfg.train.rounds, region_names)
         self._status("running")
 
@@ -72,9 +77,11 @@ class RunRecorder:
         weights: Weights,
         wall_s: float,
         server_state: Mapping[str, np.ndarray] | None = None,
+        drift: Mapping[str, float] | None = None,
     ) -> None:
-        """The round's training rows, and its checkpoint: the global weights with the
-        server optimiser's state (`ServerState.arrays`), which a resumed run continues."""
+        """The round's training rows, its `drift.csv` row (how far the regions' updates
+        pulled apart), and its checkpoint: the global weights with the server optimiser's
+        state (`ServerState.arrays`), which a resumed run continues."""
         trained = [
             Trained(
                 client=self.region_names[u.region],
@@ -87,6 +94,8 @@ class RunRecorder:
             for u in updates
         ]
         self.tables.trained(server_round, trained, wall_s)
+        if drift is not None:
+            self.drift.write([{"round": server_round, **drift}])
         write_weights(round_checkpoint(self.out_dir, server_round), weights, server_state)
 
     def on_failures(self, server_round: int, phase: str, failed: dict[int, str]) -> None:

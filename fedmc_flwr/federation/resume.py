@@ -25,6 +25,7 @@ from omegaconf import OmegaConf
 
 from fedmc_flwr.errors import InputError
 from fedmc_flwr.federation.aggregation import Weights, check_update
+from fedmc_flwr.federation.drift import DRIFT_FILE
 from fedmc_flwr.federation.run_files import PROGRESS_FILE
 from fedmc_flwr.federation.server_optimizers import ServerState
 from fedmc_flwr.policies.checkpoints import (
@@ -36,7 +37,7 @@ from fedmc_flwr.policies.checkpoints import (
 from fedmc_flwr.results import PER_SEED_FILE, experiment_dir, holds_results, keep_rows
 
 ON_EXISTING = ("refuse", "overwrite", "resume")
-TABLES = ("metrics.csv", "timing.csv", PER_SEED_FILE)
+TABLES = ("metrics.csv", "timing.csv", PER_SEED_FILE, DRIFT_FILE)
 
 
 class ResumeError(InputError, ValueError):

@@ -5,7 +5,8 @@ weights to every client, sorts each round's replies and failures into healthy re
 updates and failed regions (`accounting.sort_out`), turns away the healthy-looking updates
 the aggregation rule refuses (`aggregation.screen`: each a failed region with its reason),
 builds the next global weights from the rest (`aggregation.aggregate`, then the server
-optimiser's step on the network: `server_optimizers.server_step`), and hands the
+optimiser's step on the network: `server_optimizers.server_step`), measures how far the
+regions' updates pulled apart (`drift.update_drift`), and hands the
 round to a `RoundRecorder` (metrics rows, failure rows, checkpoints, progress). A round
 with fewer than `federation.min_regions` healthy regions stops the run with a
 `RoundFailed` naming them. Each client is asked through a `ReportingProxy`, so the
@@ -74,6 +75,7 @@ from fedmc_flwr.federation.accounting import (
     sort_out,
 )
 from fedmc_flwr.federation.aggregation import RegionUpdate, Score, Weights, aggregate, screen
+from fedmc_flwr.federation.drift import update_drift
 from fedmc_flwr.federation.identity import by_rank, impostor
 from fedmc_flwr.federation.server_optimizers import ServerState, server_step
 from fedmc_flwr.policies.moments import MOMENT_ARRAYS
@@ -105,6 +107,7 @@ class RoundRecorder(Protocol):
         weights: Weights,
         wall_s: float,
         server_state: Mapping[str, np.ndarray] | None = None,
+        drift: Mapping[str, float] | None = None,
     ) -> None: ...
 
     def on_failures(self, server_round: int, phase: str, failed: dict[int, str]) -> None: ...
@@ -361,12 +364,18 @@ class RegionStrategy(Strategy):
         self._require(rnd, "training", len(kept), failed)
         combined = aggregate(kept, self.weights, self.federation, self.statistics)
         cut = len(combined) - self.statistics * MOMENT_ARRAYS
+        drift = update_drift(self.weights[:cut], [u.weights[:cut] for u in kept])
         network, self.server_state = server_step(
             self.weights[:cut], combined[:cut], self.server_state, self.federation
         )
         self.weights = network + combined[cut:]
         self.recorder.on_fit(
-            rnd, kept, self.weights, time.perf_counter() - self._started, self.server_state.arrays()
+            rnd,
+            kept,
+            self.weights,
+            time.perf_counter() - self._started,
+            server_state=self.server_state.arrays(),
+            drift=drift,
         )
         return ndarrays_to_parameters(self.weights), {}
 

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import TINY
 from flower_runs import run_isolated
 
 MOMENTUM = ["federation.server_optimizer=fedavgm", "federation.server_momentum=0.9"]
@@ -23,7 +22,8 @@ def test_a_resumed_run_continues_the_server_optimisers_momentum(tmp_path: Path) 
     overrides = [f"results_dir={tmp_path}", *MOMENTUM]
     assert run_isolated(homes, overrides, 2) == 0
     out = tmp_path / "tiny_federation"
-    straight = {name: (out / name).read_bytes() for name in ("metrics.csv", "per_seed.csv")}
+    tables = ("metrics.csv", "per_seed.csv", "drift.csv")
+    straight = {name: (out / name).read_bytes() for name in tables}
     last = out / "checkpoints" / "round_002.npz"
     with np.load(last) as saved:
         reference = {key: saved[key] for key in saved.files}
