@@ -529,6 +529,11 @@ class FederationConfig:
     """Each region normalises its observations and returns with its own statistics, not
     the pooled ones, in training and when judged (it still sends what it saw, so the
     global statistics a late region, the arena and an export start from stay pooled)."""
+    local_critic: bool = False
+    """Each region trains with its own critic, never the global one (the actor is still
+    averaged): the critic learns the value of its region's own workload, which differs from
+    region to region where the actor's best dispatch may not. The server still averages the
+    critics it receives, for a late region's start and an export."""
     fine_tuned: bool = False
     """Each region is judged with its own network after the round's local training from
     the global one (FedAvg with local fine-tuning), not with the global network; training

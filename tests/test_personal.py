@@ -11,7 +11,12 @@ from test_training import SHORT_TRAINING
 
 from fedmc_flwr.config import FederationConfig, load_config
 from fedmc_flwr.evaluation import evaluate
-from fedmc_flwr.federation.client_app import evaluate_region, state_dir_of, train_region
+from fedmc_flwr.federation.client_app import (
+    adopt_global,
+    evaluate_region,
+    state_dir_of,
+    train_region,
+)
 from fedmc_flwr.federation.server_app import initial_weights
 from fedmc_flwr.federation.wire import policy_name
 from fedmc_flwr.policies.checkpoints import round_file
@@ -89,3 +94,24 @@ def test_a_region_judged_on_its_own_statistics_reads_them_from_its_state(tmp_pat
     own.return_norm.start_from(mine[1])
     expected = evaluate(lambda sim: own.policy("x"), cfg, 0)
     np.testing.assert_array_equal(judged.per_seed_reward, expected.per_seed_reward)
+
+
+@pytest.mark.parametrize("local", [False, True])
+def test_a_region_with_its_own_critic_never_takes_the_global_one(tmp_path, local) -> None:
+    """Round 2 starts from global weights whose every array is 0: a region with its own
+    critic trains on from its round-1 critic (and the global actor), one without starts
+    both from 0."""
+    cfg = _tiny(tmp_path, f"federation.local_critic={str(local).lower()}")
+    state = tmp_path / "state"
+    first, _ = train_region(cfg, 0, initial_weights(cfg), 1, state)
+    learner = PPOLearner(cfg, [0], seed=0)
+    learner.load(round_file(state_dir_of(state, cfg, 0), 1))
+    critic = learner.critic_arrays()
+    assert critic and len(critic) < len(learner.params)
+    zeros = [np.zeros_like(a) for a in first[: len(learner.params)]]
+    start = [*zeros, *first[len(learner.params) :]]
+    adopt_global(learner, start, cfg.federation, has_own=True)
+    for k, array in enumerate(learner.get_weights()[: len(learner.params)]):
+        kept = local and k in critic
+        np.testing.assert_array_equal(array, critic[k] if kept else zeros[k])
+    assert policy_name(cfg.federation).endswith("-own-critic") == local

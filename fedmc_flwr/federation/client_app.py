@@ -130,11 +130,15 @@ def adopt_global(
 ) -> None:
     """The learner takes the global weights and statistics, but for what its region keeps
     for itself: its own statistics (`personal_statistics`; none yet in its first round),
-    and, when it is judged, its own fine-tuned network and all (`fine_tuned`). `has_own`:
+    its own critic (`local_critic`), and, when it is judged, its own fine-tuned network
+    and all (`fine_tuned`). `has_own`:
     the learner holds the region's saved state."""
     if judging and federation.fine_tuned and has_own:
         return  # judged as it left its last local round
     own = (learner.norm.total, learner.return_norm.total)
+    if federation.local_critic and has_own:
+        critic = learner.critic_arrays()
+        weights = [critic.get(k, array) for k, array in enumerate(weights)]
     learner.set_weights(weights)
     if federation.personal_statistics:
         if not has_own:

@@ -30,14 +30,17 @@ def policy_name(federation: FederationConfig) -> str:
     """The learner's name in metrics.csv, from what its federation does: `ppo-fedavg`,
     `ppo-shrink` (server shrink), `ppo-fedavgm` or `ppo-fedadam` (the server optimiser),
     `ppo-fedprox` (client proximal term) or both, then what each region keeps for itself:
-    `-own-stats` (its statistics), `-fine-tuned` (judged with its own network)."""
+    `-own-stats` (its statistics), `-own-critic` (its critic), `-fine-tuned` (judged with
+    its own network)."""
     client = ["fedprox"] if federation.proximal_mu > 0 else []
     server = ["shrink"] if federation.strategy == "shrink" else []
     if federation.server_optimizer != "none":
         server.append(federation.server_optimizer)
-    personal = ["own-stats"] * federation.personal_statistics + [
-        "fine-tuned"
-    ] * federation.fine_tuned
+    personal = (
+        ["own-stats"] * federation.personal_statistics
+        + ["own-critic"] * federation.local_critic
+        + ["fine-tuned"] * federation.fine_tuned
+    )
     return "-".join(["ppo", *(client + server or ["fedavg"]), *personal])
 
 

@@ -304,6 +304,15 @@ class PPOLearner:
         arrays = self.get_weights()[: len(self.params)]
         return [*arrays, *self.norm.fresh.arrays(), *self.return_norm.fresh.arrays()]
 
+    def critic_arrays(self) -> dict[int, np.ndarray]:
+        """The critic's arrays by their index in `get_weights` (every network names its
+        critic's modules `critic...`), to keep a region's own critic (`local_critic`)."""
+        return {
+            k: p.detach().numpy().copy()
+            for k, (name, p) in enumerate(self.model.named_parameters())
+            if name.startswith("critic")
+        }
+
     def set_weights(self, weights: list[np.ndarray]) -> None:
         """Adopt global weights and pooled moments (the layout of `get_weights`)."""
         expected = self.get_weights()
