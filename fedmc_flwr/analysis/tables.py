@@ -6,6 +6,11 @@ mean over held-out worlds of each world's 95th percentile of latency, as in the 
 `last_round_table` is what a run that wrote metrics.csv (or baselines.csv) and
 per_seed.csv prints at its end: every policy of its last round, best reward first, each
 paired against SED and the two-tier heuristic on the same held-out worlds.
+
+A row judged on fewer regions' worlds than the others (a federated learner whose region
+failed the last round's evaluation, beside dispatchers judged everywhere) is marked `*`,
+and a footnote names the regions it lacks and, from the round's `failed` rows, why: its
+figures are over its own regions, its vs columns paired on them (`paired_against`).
 """
 
 from __future__ import annotations
