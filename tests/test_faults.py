@@ -129,6 +129,7 @@ def test_a_reply_that_never_came_is_named_as_a_timeout() -> None:
             "RuntimeError: region 1 fails (injected)",
         ),
         (lambda: TimeoutError(), "TimeoutError"),
+        (lambda: OSError("disk\n  full\nagain"), "OSError: disk full again"),
         (
             lambda: (
                 None,
@@ -137,7 +138,7 @@ def test_a_reply_that_never_came_is_named_as_a_timeout() -> None:
             "its reply's status is evaluate not implemented: no evaluate",
         ),
     ],
-    ids=["simulation", "deployment", "load", "plain", "bare", "status"],
+    ids=["simulation", "deployment", "load", "plain", "bare", "lines", "status"],
 )
 def test_a_failure_reason_is_one_readable_line_without_python_reprs(failure, reason) -> None:
     """The simulation engine's Ray traceback, the deployment engine's `<class ...>` form,

@@ -69,6 +69,8 @@ def _root_cause(traceback: str) -> tuple[str, str] | None:
     """A remote traceback's first exception (Python prints a chain from its root) as
     (type, message with its further lines), or None when `traceback` is no traceback."""
     lines = traceback.splitlines()
+    if not any(line.lstrip().startswith('File "') for line in lines):
+        return None
     for k, line in enumerate(lines[1:], start=1):
         raised = RAISED.fullmatch(line)
         if raised and lines[k - 1].startswith(" ") and not line.startswith(" "):
