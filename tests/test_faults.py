@@ -4,16 +4,25 @@ hostile region, and a round with too few healthy regions stops the run."""
 
 from __future__ import annotations
 
+import re
+import traceback
 from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
-from flwr.common import Code, FitRes, Status, ndarrays_to_parameters
+from flwr.clientapp.client_app import ClientAppException
+from flwr.common import Code, EvaluateRes, FitRes, Status, ndarrays_to_parameters
+from flwr.server.superlink.linkstate.utils import (
+    MESSAGE_UNAVAILABLE_ERROR_REASON,
+    NODE_UNAVAILABLE_ERROR_REASON,
+    REPLY_MESSAGE_UNAVAILABLE_ERROR_REASON,
+)
+from ray.exceptions import RayTaskError
 
 from fedmc_flwr.config import ExperimentConfig, FaultConfig, FederationConfig
 from fedmc_flwr.evaluation import EvalResult
 from fedmc_flwr.federation import faults, wire
-from fedmc_flwr.federation.accounting import failure_reason, sort_out
+from fedmc_flwr.federation.accounting import failure_reason, one_line, sort_out
 from fedmc_flwr.federation.aggregation import (
     RegionUpdate,
     aggregate,
@@ -64,9 +73,86 @@ def test_two_replies_for_one_region_leave_it_out() -> None:
     assert "two replies" in outcome.failed[0]
 
 
+def _flower_error(reason: str) -> ValueError:
+    """What Flower's client proxy raises for a client's error reply (flwr 1.42,
+    server/compat/grid_client_proxy.py), which the strategy receives as a failure."""
+    return ValueError(
+        f"Message contains an Error (reason: {reason}). "
+        "It originated during client-side execution of a message."
+    )
+
+
+def _raised(ex: BaseException) -> str:
+    """An error reply's reason for an exception, as Flower's engines write it
+    (vce_api.py, run_clientapp.py)."""
+    return str(type(ex)) + ":<'" + str(ex) + "'>"
+
+
+def _from_ray() -> BaseException:
+    """What the simulation engine catches when a ClientApp raises: Ray's task error
+    around Flower's ClientAppException around the app's own exception."""
+    try:
+        try:
+            raise RuntimeError("region 1 cannot finish its evaluation")
+        except RuntimeError as ex:
+            raise ClientAppException(str(ex)) from ex
+    except ClientAppException as wrapper:
+        remote = traceback.format_exc()
+        return RayTaskError("ClientAppActor.run", remote, wrapper, pid=7).as_instanceof_cause()
+    raise AssertionError("unreachable")
+
+
 def test_a_reply_that_never_came_is_named_as_a_timeout() -> None:
-    flower = ValueError("Message contains an Error (reason: Error: Message Unavailable - ...)")
-    assert "round_timeout_s (30 s)" in failure_reason(flower, 30.0)
+    for reason in (MESSAGE_UNAVAILABLE_ERROR_REASON, REPLY_MESSAGE_UNAVAILABLE_ERROR_REASON):
+        assert "round_timeout_s (30 s)" in failure_reason(_flower_error(reason), 30.0)
+    node = failure_reason(_flower_error(NODE_UNAVAILABLE_ERROR_REASON), 30.0)
+    assert node == "its node stopped sending heartbeats and left the federation"
+
+
+@pytest.mark.parametrize(
+    ("failure", "reason"),
+    [
+        (
+            lambda: _flower_error(_raised(_from_ray())),
+            "RuntimeError: region 1 cannot finish its evaluation",
+        ),
+        (
+            lambda: _flower_error(_raised(faults.InjectedFault("region 0 fails (injected)"))),
+            "InjectedFault: region 0 fails (injected)",
+        ),
+        (
+            lambda: _flower_error("An exception was raised when attempting to load `ClientApp`"),
+            "An exception was raised when attempting to load `ClientApp`",
+        ),
+        (
+            lambda: RuntimeError("region 1 fails\n(injected)"),
+            "RuntimeError: region 1 fails (injected)",
+        ),
+        (lambda: TimeoutError(), "TimeoutError"),
+        (lambda: OSError("disk\n  full\nagain"), "OSError: disk full again"),
+        (
+            lambda: (
+                None,
+                EvaluateRes(Status(Code.EVALUATE_NOT_IMPLEMENTED, "no evaluate"), 0, 0, {}),
+            ),
+            "its reply's status is evaluate not implemented: no evaluate",
+        ),
+    ],
+    ids=["simulation", "deployment", "load", "plain", "bare", "lines", "status"],
+)
+def test_a_failure_reason_is_one_readable_line_without_python_reprs(failure, reason) -> None:
+    """The simulation engine's Ray traceback, the deployment engine's `<class ...>` form,
+    Flower's own sentences, a plain exception and a reply whose status is not OK: each
+    comes out as its cause, in one line."""
+    said = failure_reason(failure(), 30.0)
+    assert said == reason
+    assert not re.search(r"<class|'>|\)\. It originated|\x1b|Status\(", said)
+
+
+def test_a_status_read_by_one_line_is_a_sentence_too() -> None:
+    """The strategy reads a non-OK reply's status through `one_line`."""
+    status = Status(Code.FIT_NOT_IMPLEMENTED, "")
+    assert one_line(str(status)) == "its reply's status is fit not implemented"
 
 
 def _scaled_round(federation: FederationConfig) -> np.ndarray:
@@ -161,7 +247,8 @@ def test_a_round_goes_on_without_failed_regions_and_records_them() -> None:
     results = [(None, _fit_res(0, 1.0)), (None, _fit_res(2, 3.0))]
     strategy.aggregate_fit(1, results, [RuntimeError("region 1 fails (injected)")])
     assert recorder.fits == [(4, [0, 2])]  # resumed numbering; healthy regions only
-    assert recorder.failures == [(4, "training", {1: "client failed: region 1 fails (injected)"})]
+    failed = {1: "client failed: RuntimeError: region 1 fails (injected)"}
+    assert recorder.failures == [(4, "training", failed)]
     np.testing.assert_allclose(strategy.weights[0], 2.0)  # built from regions 0 and 2 only
 
 

@@ -12,6 +12,7 @@ from conftest import SMALL_DEMO, TINY_WORLD
 from fedmc_flwr.analysis.report import (
     ReportError,
     collect,
+    collect_common,
     load,
     summarise,
     summary_frame,
@@ -38,7 +39,7 @@ PPO = {
 }
 
 
-def _rows(policy, values, train_seed, rnd, seeds=SEEDS):
+def _rows(policy, values, train_seed, rnd, seeds=SEEDS, regions=REGIONS):
     return [
         {
             "experiment": "demo",
@@ -60,18 +61,24 @@ def _rows(policy, values, train_seed, rnd, seeds=SEEDS):
             "energy_kwh": 2e-6,
         }
         for k, region in enumerate(REGIONS)
+        if region in regions
         for j, seed in enumerate(seeds)
     ]
 
 
-def make_dir(root: Path, train_seed: int, sed=SED, seeds=SEEDS, learner_seeds=None) -> Path:
+def make_dir(
+    root: Path, train_seed: int, sed=SED, seeds=SEEDS, learner_seeds=None, last_regions=REGIONS
+) -> Path:
+    """A run's per_seed.csv; `last_regions`: the regions its learner's last round was
+    judged in (the others failed that round's evaluation)."""
     out = root / f"demo-s{train_seed}"
     out.mkdir(parents=True)
     writer = per_seed_writer(out)
     writer.write(_rows("sed", sed, train_seed, 0, seeds) + _rows("jsq", JSQ, train_seed, 0, seeds))
     for rnd in (1, 2):
         values = PPO[(train_seed, rnd)]
-        writer.write(_rows("ppo-fedavg", values, train_seed, rnd, learner_seeds or seeds))
+        regions = last_regions if rnd == 2 else REGIONS
+        writer.write(_rows("ppo-fedavg", values, train_seed, rnd, learner_seeds or seeds, regions))
     return out
 
 
@@ -217,3 +224,36 @@ def test_the_run_table_and_the_report_agree_on_p95(tmp_path: Path, capsys) -> No
     assert p95.title in format_table(rows).splitlines()[0]
     assert main(["report", str(tmp_path), "--baseline", "sed"]) == 0
     assert p95.title in capsys.readouterr().out
+
+
+def test_a_region_left_out_of_a_runs_last_evaluation_is_named_and_paired_without(
+    tmp_path: Path, capsys
+) -> None:
+    """europe-west9 failed the learner's last evaluation: the report pairs every policy on
+    us-east1's worlds, as `fedmc run`'s table does, and names what it left out."""
+    one = make_dir(tmp_path, 0, last_regions=("us-east1",))
+    policies, left = collect_common(load([one]))
+    assert (
+        list(left) == ["europe-west9"] and "ppo-fedavg (training seed 0)" in left["europe-west9"][0]
+    )
+    summaries = {s.policy: s for s in summarise(policies, ["sed"])}
+    diff, over = summaries["ppo-fedavg"].versus["sed"]
+    east = np.subtract(PPO[(0, 2)]["us-east1"], SED["us-east1"])
+    assert over == "eval seeds" and diff.n == 3
+    assert diff.mean == pytest.approx(east.mean(), abs=1e-15)
+    assert summaries["sed"].reward.mean == pytest.approx(np.mean(SED["us-east1"]), abs=1e-15)
+    assert main(["report", str(one), "--baseline", "sed"]) == 0
+    out = capsys.readouterr().out
+    assert "1 regions x 3 worlds" in out
+    assert "left out: europe-west9, which ppo-fedavg (training seed 0) at round 2" in out
+    with pytest.raises(ReportError, match=r"mismatched eval seeds: .* not judged in europe-west9"):
+        collect(load([one]))  # what needs every world, as a sweep's summary does, refuses
+
+
+def test_runs_that_share_no_region_cannot_be_paired(tmp_path: Path) -> None:
+    frame = load([make_dir(tmp_path, 0)])
+    learner = (frame["policy"] == "ppo-fedavg") & (frame["round"] == 2)
+    frame = frame[~learner | (frame["client"] == "europe-west9")]
+    frame = frame[(frame["policy"] != "sed") | (frame["client"] == "us-east1")]
+    with pytest.raises(ReportError, match="no region was judged for every policy"):
+        collect_common(frame)

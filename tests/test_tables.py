@@ -1,4 +1,5 @@
-"""`fedmc run`'s table: each policy paired against the baselines on the same worlds."""
+"""`fedmc run`'s table: each policy paired against the baselines on the same worlds, and a
+row judged on fewer regions' worlds than the others marked, with the regions it lacks."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedmc_flwr.analysis.tables import format_table, paired_against
+from fedmc_flwr.analysis.tables import format_table, last_round_table, left_out, paired_against
+from fedmc_flwr.results import MetricsWriter, per_seed_writer
 
 
 def per_seed_frame(rewards: dict[str, list[list[float]]], rounds: dict[str, int]) -> pd.DataFrame:
@@ -75,3 +77,80 @@ def test_a_region_that_failed_the_last_evaluation_is_left_out_of_the_pairing() -
     paired = paired_against(pd.concat([learner, sed]), ["sed"])
     assert paired["ppo"]["sed"].mean == pytest.approx(0.5)
     assert paired["sed"]["sed"].mean == 0.0
+
+
+def _row(policy: str, client: str, reward: float) -> dict:
+    return {
+        "policy": policy,
+        "client": client,
+        "reward": reward,
+        "reward_ci95": 0.1,
+        "latency_ms": 1.0,
+        "latency_p95_ms": 2.0,
+        "slo_violation_rate": 0.1,
+        "cost_usd": 1e-6,
+        "carbon_g": 1e-3,
+        "energy_kwh": 1e-6,
+    }
+
+
+def test_a_row_judged_on_fewer_regions_is_marked_with_a_footnote_naming_them() -> None:
+    """The learner lacks r1's worlds (its evaluation failed), the dispatcher has both:
+    the learner's row says so, and the footnote names r1 and why it was left out."""
+    rows = [
+        *(_row("sed", client, -1.0) for client in ("r0", "r1", "all")),
+        *(_row("ppo", client, -0.5) for client in ("r0", "all")),
+    ]
+    why = {"r1": "evaluation: client failed: RuntimeError: down"}
+    lines = format_table(rows, None, why).splitlines()
+    assert [line.split()[0] for line in lines[1:3]] == ["sed", "ppo*"]
+    assert lines[3].startswith("* ppo: judged on 1 of 2 regions' worlds, without r1;")
+    assert lines[4] == "  r1 left out: evaluation: client failed: RuntimeError: down"
+    assert len(lines) == 5
+
+
+def test_a_table_whose_rows_share_their_regions_has_no_mark() -> None:
+    rows = [_row(p, client, -1.0) for p in ("sed", "ppo") for client in ("r0", "r1", "all")]
+    assert "*" not in format_table(rows)
+    assert left_out(rows) == {}
+
+
+def test_the_last_round_table_marks_a_region_left_out_of_its_evaluation(tmp_path) -> None:
+    """A run's metrics.csv and per_seed.csv whose last round lacks r1's learner rows, with
+    the `failed` row that says why: the table marks the learner, names r1 and its reason,
+    and pairs the learner with SED on r0 alone."""
+    writer = MetricsWriter(tmp_path / "metrics.csv")
+    writer.write(
+        {"experiment": "x", "round": 2, "phase": "eval", **row}
+        for row in [
+            *(_row("sed", client, -1.0) for client in ("r0", "r1", "all")),
+            *(_row("ppo", client, -0.5) for client in ("r0", "all")),
+        ]
+    )
+    reason = "evaluation: client failed: RuntimeError: region 1 cannot finish its evaluation"
+    writer.write(
+        [
+            {
+                "experiment": "x",
+                "round": 2,
+                "phase": "failed",
+                "client": "r1",
+                "policy": "ppo",
+                "reason": reason,
+            }
+        ]
+    )
+    learner = per_seed_frame({"ppo": [[-0.5, -0.6]]}, {"ppo": 2})
+    sed = per_seed_frame({"sed": [[-1.0, -1.1], [-9.0, -9.0]]}, {"sed": 0})
+    per_seed = per_seed_writer(tmp_path)
+    per_seed.write(
+        {**row, "experiment": "x", "train_seed": 0, "split": "test"}
+        for row in pd.concat([learner, sed]).to_dict("records")
+    )
+    out = last_round_table(tmp_path / "metrics.csv").splitlines()
+    ppo = next(line for line in out if line.startswith("ppo"))
+    assert ppo.split()[0] == "ppo*" and "+0.5000" in ppo  # paired on r0 only
+    assert any(
+        line.startswith("* ppo: judged on 1 of 2 regions' worlds, without r1;") for line in out
+    )
+    assert f"  r1 left out: {reason}" in out

@@ -1,5 +1,7 @@
-"""A region of a series file that starts after the file's first row keeps the file's clock:
-within a step it is aligned by its timestamps, beyond a step it is refused in one line."""
+"""Every region of a series file keeps the file's clock: a region that starts after the
+file's first row or ends before its last is aligned by its timestamps within a step, and
+refused in one line beyond a step; every region's series has the file's length, so they
+wrap around together."""
 
 from __future__ import annotations
 
@@ -37,8 +39,26 @@ def test_a_region_that_starts_a_step_late_keeps_the_files_clock(tmp_path: Path) 
 
 
 def test_on_grid_counts_segments_from_the_files_first_row() -> None:
-    grid = traces.on_grid(np.array([3600.0, 7200.0]), np.array([1.0, 2.0]), 3600.0)
-    np.testing.assert_array_equal(grid, [1.0, 1.0, 2.0])
+    grid = traces.on_grid(np.array([3600.0, 7200.0]), np.array([1.0, 2.0]), 3600.0, 4)
+    np.testing.assert_array_equal(grid, [1.0, 1.0, 2.0, 2.0])
+
+
+def test_a_region_that_ends_within_a_step_of_the_file_holds_its_last_value(
+    tmp_path: Path,
+) -> None:
+    """europe-west9's last row is at 1200 s, the file's at 1800 s: both series are four
+    segments long, the short one holding its last value, so they wrap around together."""
+    path = tmp_path / "carbon.csv"
+    path.write_text(
+        "timestamp,region,value\n"
+        "0,us-east1,100\n600,us-east1,110\n1200,us-east1,120\n1800,us-east1,130\n"
+        "0,europe-west9,50\n600,europe-west9,60\n1200,europe-west9,70\n",
+        encoding="utf-8",
+    )
+    signals = sources.FileSource().signals(carbon_world(path, 600.0), TWO)
+    assert signals is not None and signals.carbon is not None
+    np.testing.assert_array_equal(signals.carbon.lengths, [4, 4])
+    np.testing.assert_array_equal(signals.carbon.values[1], [50, 60, 70, 70])
 
 
 def test_a_region_that_starts_more_than_a_step_late_is_refused_in_one_line(
@@ -57,3 +77,24 @@ def test_a_region_that_starts_more_than_a_step_late_is_refused_in_one_line(
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
     assert str(path) in err and "region 'europe-west9': its first row is 3600 s after" in err
+
+
+def test_regions_whose_series_end_at_different_times_are_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """europe-west9's rows end an hour before us-east1's: replayed, each would wrap around
+    at its own length and their clocks would drift apart."""
+    path = tmp_path / "carbon.csv"
+    path.write_text(
+        "timestamp,region,value\n"
+        + "".join(f"{t},us-east1,100\n" for t in range(0, 7201, 600))
+        + "".join(f"{t},europe-west9,50\n" for t in range(0, 3601, 600)),
+        encoding="utf-8",
+    )
+    argv = ["baselines", "--config", str(TINY), "--set", f"world.carbon_file={path}"]
+    argv += ["--set", "world.trace_step_s=600"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert str(path) in err
+    assert "region 'europe-west9': its last row is 3600 s before the file's last row" in err

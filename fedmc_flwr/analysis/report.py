@@ -5,7 +5,11 @@ Each directory holds a per_seed.csv (one run: one experiment and training seed, 
 one round (`--round N`, or the last round each run has). Dispatchers do not train, so
 they sit at round 0 with the same values in every directory (they do not depend on the
 training seed): they are kept once, and a directory whose dispatcher values differ from
-another's is an error (a different world cannot be pooled).
+another's is an error (a different world cannot be pooled). A run that lacks a region's
+worlds (a region left out of a federated run's last evaluation) puts every policy on the
+regions that all were judged in, as `fedmc run`'s table pairs it, and the report names
+the regions it left out and which runs lacked them; worlds that differ inside a region
+are an error.
 
 Per policy, the table gives:
 
@@ -151,11 +155,10 @@ def _same(a: Run, b: Run) -> bool:
     )
 
 
-def collect(frame: pd.DataFrame, round_: int | None = None) -> dict[str, dict[int, Run]]:
-    """policy -> training seed (FIXED for a dispatcher) -> its run at the chosen round.
-
-    Runs that appear in several directories must be identical (then one is kept).
-    """
+def _runs(frame: pd.DataFrame, round_: int | None) -> dict[str, dict[int, Run]]:
+    """policy -> training seed (FIXED for a dispatcher) -> its run at the chosen round,
+    each on the worlds it was judged on. Runs that appear in several directories must be
+    identical (then one is kept)."""
     splits = sorted(frame["split"].unique())
     if len(splits) != 1:
         raise ReportError(f"the directories mix held-out splits {splits}; report one at a time")
@@ -170,7 +173,7 @@ def collect(frame: pd.DataFrame, round_: int | None = None) -> dict[str, dict[in
             chosen = 0 if fixed else _pick_round(mine, round_, source, policy)
             run = _run(mine[mine["round"] == chosen], seed, source)
             runs = policies.setdefault(policy, {})
-            what = policy if fixed else f"{policy} (training seed {seed})"
+            what = _named(policy, run)
             if seed in runs and not runs[seed].worlds.equals(run.worlds):
                 raise ReportError(
                     f"mismatched eval seeds: {what} was judged on other held-out worlds in "
@@ -182,18 +185,103 @@ def collect(frame: pd.DataFrame, round_: int | None = None) -> dict[str, dict[in
                     "not the same world or evaluation"
                 )
             runs.setdefault(seed, run)
-    reference: Run | None = None
+    return policies
+
+
+def _named(policy: str, run: Run) -> str:
+    return policy if run.train_seed == FIXED else f"{policy} (training seed {run.train_seed})"
+
+
+def _regions(run: Run) -> list[str]:
+    """The regions a run was judged in, in the order of its `values`."""
+    return sorted(set(run.worlds.get_level_values("client")))
+
+
+def _within(run: Run, regions: list[str]) -> Run:
+    """`run` on the worlds of `regions` only."""
+    kept = [k for k, region in enumerate(_regions(run)) if region in regions]
+    return Run(
+        source=run.source,
+        train_seed=run.train_seed,
+        round=run.round,
+        train_steps=run.train_steps,
+        worlds=run.worlds[run.worlds.get_level_values("client").isin(regions)],
+        values={m: [per_region[k] for k in kept] for m, per_region in run.values.items()},
+    )
+
+
+LeftOut = dict[str, list[str]]
+"""A region left out of a report -> the runs that were not judged in it (say, a region
+whose evaluation failed in a federated run's last round)."""
+
+
+def _on_common_worlds(
+    policies: dict[str, dict[int, Run]],
+) -> tuple[dict[str, dict[int, Run]], LeftOut]:
+    """Every run on the regions that every run was judged in (as `fedmc run`'s table pairs a
+    policy that lacks a region's worlds), and the regions that leaves out. Two runs judged
+    on other worlds of one region cannot be paired: ReportError."""
+    judged = {(p, s): _regions(run) for p, runs in policies.items() for s, run in runs.items()}
+    every = sorted({r for regions in judged.values() for r in regions})
+    common = [r for r in every if all(r in regions for regions in judged.values())]
+    left: LeftOut = {}
     for policy, runs in policies.items():
         for run in runs.values():
+            for region in every:
+                if region not in judged[policy, run.train_seed]:
+                    where = f"at round {run.round} in {run.source}" if run.round else run.source
+                    left.setdefault(region, []).append(f"{_named(policy, run)} {where}")
+    if not common:
+        raise ReportError(
+            f"no region was judged for every policy (each of {', '.join(every)} lacks one); "
+            "nothing can be paired"
+        )
+    out = {p: {s: _within(run, common) for s, run in runs.items()} for p, runs in policies.items()}
+    reference: tuple[str, Run] | None = None
+    for policy, runs in out.items():
+        for run in runs.values():
             if reference is None:
-                reference = run
-            elif not run.worlds.equals(reference.worlds):
+                reference = policy, run
+            elif not run.worlds.equals(reference[1].worlds):
                 raise ReportError(
-                    f"mismatched eval seeds: {policy} in {run.source} was judged on "
-                    f"{len(run.worlds)} held-out worlds, not the {len(reference.worlds)} of "
-                    f"{reference.source}; pairing needs the same worlds"
+                    f"mismatched eval seeds: {_named(policy, run)} in {run.source} was judged "
+                    f"on other held-out worlds of {', '.join(common)} than "
+                    f"{_named(*reference)} in {reference[1].source}; pairing needs the same "
+                    "worlds"
                 )
+    return out, left
+
+
+def collect(frame: pd.DataFrame, round_: int | None = None) -> dict[str, dict[int, Run]]:
+    """policy -> training seed (FIXED for a dispatcher) -> its run at the chosen round,
+    every run on the same held-out worlds (else ReportError). Runs that appear in several
+    directories must be identical (then one is kept)."""
+    policies, left = _on_common_worlds(_runs(frame, round_))
+    if left:
+        region, runs = next(iter(left.items()))
+        raise ReportError(
+            f"mismatched eval seeds: {runs[0]} was not judged in {region}; pairing needs "
+            "the same worlds"
+        )
     return policies
+
+
+def collect_common(
+    frame: pd.DataFrame, round_: int | None = None
+) -> tuple[dict[str, dict[int, Run]], LeftOut]:
+    """`collect` on the regions every run was judged in, and what that left out."""
+    return _on_common_worlds(_runs(frame, round_))
+
+
+def left_out_note(left: LeftOut) -> str:
+    """One line naming each region a report left out and the runs that lack it."""
+    named = "; ".join(
+        f"{region}, which {' and '.join(runs)} lacks" for region, runs in left.items()
+    )
+    return (
+        f"left out: {named}; every figure is over the other regions' worlds, each difference "
+        "paired there, as `fedmc run`'s table pairs it"
+    )
 
 
 # --- statistics -----------------------------------------------------------------------
@@ -436,11 +524,12 @@ def report(
     if not baselines:
         raise ReportError("name at least one --baseline")
     frame = load(dirs)
-    policies = collect(frame, round_)
+    policies, left = collect_common(frame, round_)
     summaries = summarise(policies, baselines)
     rows = table(summaries, baselines)
     body = format_markdown(rows) if markdown else format_text(rows)
-    return f"{describe(policies, frame)}\n\n{body}"
+    note = f"\n{left_out_note(left)}" if left else ""
+    return f"{describe(policies, frame)}{note}\n\n{body}"
 
 
 def parse_round(text: str) -> int | None:

@@ -6,6 +6,11 @@ mean over held-out worlds of each world's 95th percentile of latency, as in the 
 `last_round_table` is what a run that wrote metrics.csv (or baselines.csv) and
 per_seed.csv prints at its end: every policy of its last round, best reward first, each
 paired against SED and the two-tier heuristic on the same held-out worlds.
+
+A row judged on fewer regions' worlds than the others (a federated learner whose region
+failed the last round's evaluation, beside dispatchers judged everywhere) is marked `*`,
+and a footnote names the regions it lacks and, from the round's `failed` rows, why: its
+figures are over its own regions, its vs columns paired on them (`paired_against`).
 """
 
 from __future__ import annotations
@@ -78,7 +83,36 @@ def paired_against(
     return out
 
 
-def _cells(row: dict, paired: Paired, baselines: Sequence[str]) -> list[str]:
+MARK = "*"
+"""Marks a row judged on fewer regions' worlds than the table's others (its footnote names
+the regions left out)."""
+
+
+def judged_regions(rows: Sequence[Mapping[str, object]]) -> dict[str, list[str]]:
+    """Per policy, the regions it has a row of its own for (metrics.csv's per-region rows,
+    in order): the worlds its `client="all"` row is a mean over."""
+    regions: dict[str, list[str]] = {}
+    for row in rows:
+        mine = regions.setdefault(str(row["policy"]), [])
+        if row["client"] != "all" and row["client"] not in mine:
+            mine.append(str(row["client"]))
+    return regions
+
+
+def left_out(rows: Sequence[Mapping[str, object]]) -> dict[str, list[str]]:
+    """Per policy judged on fewer regions than the table's others, the regions it lacks
+    (say one whose evaluation failed in the round). A policy without per-region rows is
+    not counted: its regions are not known."""
+    regions = judged_regions(rows)
+    every = list(dict.fromkeys(r for mine in regions.values() for r in mine))
+    return {
+        policy: [r for r in every if r not in mine]
+        for policy, mine in regions.items()
+        if mine and len(mine) < len(every)
+    }
+
+
+def _cells(row: dict, paired: Paired, baselines: Sequence[str], marked: bool) -> list[str]:
     differences = []
     for name in baselines:
         d = paired[row["policy"]][name]
@@ -86,28 +120,55 @@ def _cells(row: dict, paired: Paired, baselines: Sequence[str]) -> list[str]:
             "-" if row["policy"] == name else with_ci(d.mean, d.half_width, sign="+")
         )
     return [
-        row["policy"],
+        row["policy"] + (MARK if marked else ""),
         with_ci(row["reward"], row["reward_ci95"]),
         *differences,
         *(metric.cell(row[metric.csv_column]) for metric in POINT_METRICS),
     ]
 
 
-def format_table(rows: list[dict], paired: Paired | None = None) -> str:
+def footnote(missing: Mapping[str, Sequence[str]], of: int, why: Mapping[str, str]) -> str:
+    """The lines under a table that say which marked row lacks which regions' worlds
+    (`left_out`), out of `of` regions, and why, where `why` (region -> reason) says."""
+    lines = [
+        f"{MARK} {policy}: judged on {of - len(regions)} of {of} regions' worlds, without "
+        f"{', '.join(regions)}; its figures are over the other regions, its vs columns "
+        "paired with each baseline there."
+        for policy, regions in missing.items()
+    ]
+    named = dict.fromkeys(r for regions in missing.values() for r in regions if r in why)
+    lines += [f"  {region} left out: {why[region]}" for region in named]
+    return "\n".join(lines)
+
+
+def format_table(
+    rows: list[dict], paired: Paired | None = None, why: Mapping[str, str] | None = None
+) -> str:
     """The `client="all"` rows (metrics.csv's columns), aligned; with `paired`, a column
     per baseline of each policy's paired reward difference against it (± its 95% CI over
-    the held-out worlds)."""
+    the held-out worlds). A row judged on fewer regions' worlds than the others (from the
+    per-region rows among `rows`) is marked, and a footnote names the regions it lacks
+    and, from `why` (region -> reason), why."""
     baselines = list(next(iter(paired.values()))) if paired else []
+    missing = left_out(rows)
     headers = [*_HEADERS[:2], *(f"vs {name} ± ci95" for name in baselines), *_HEADERS[2:]]
-    body = [_cells(row, paired or {}, baselines) for row in rows if row["client"] == "all"]
+    body = [
+        _cells(row, paired or {}, baselines, row["policy"] in missing)
+        for row in rows
+        if row["client"] == "all"
+    ]
     widths = [max(map(len, column)) for column in zip(headers, *body, strict=True)]
-    return "\n".join(
+    table = "\n".join(
         "  ".join(
             cell.ljust(width) if k == 0 else cell.rjust(width)
             for k, (cell, width) in enumerate(zip(line, widths, strict=True))
         )
         for line in [headers, *body]
     )
+    if not missing:
+        return table
+    every = len({r for mine in judged_regions(rows).values() for r in mine})
+    return f"{table}\n{footnote(missing, every, why or {})}"
 
 
 PAIRED_NOTE = (
@@ -120,16 +181,21 @@ def last_round_table(csv_path: Path) -> str:
     """The last round's held-out evaluation of a metrics.csv (or baselines.csv) over all
     regions, best reward first, with each policy's paired difference against
     `PAIRED_BASELINES` from the per-world rewards in per_seed.csv beside it, so the table
-    carries its own evidence."""
-    frame = pd.read_csv(csv_path)
+    carries its own evidence. A policy judged on fewer regions than the others (a region
+    left out of the round's evaluation) is marked, with the regions and the reasons of
+    their `failed` rows under the table."""
+    frame = pd.read_csv(csv_path, dtype={"client": str})
     evals = frame[frame["phase"] == "eval"]
     last = int(evals["round"].max())
     rows = evals[evals["round"] == last].sort_values("reward", ascending=False, kind="stable")
+    failed = frame[(frame["phase"] == "failed") & (frame["round"] == last)]
+    why = failed.astype({"reason": str}).groupby("client")["reason"].agg("; ".join).to_dict()
     per_seed = csv_path.parent / PER_SEED_FILE
     paired = (
         paired_against(read_per_seed(per_seed), PAIRED_BASELINES) if per_seed.is_file() else None
     )
-    table = format_table(rows.drop(columns=["reason"], errors="ignore").to_dict("records"), paired)
+    records = rows.drop(columns=["reason"], errors="ignore").to_dict("records")
+    table = format_table(records, paired, why)
     note = f"\n{PAIRED_NOTE}" if paired else ""
     return f"round {last}, held-out evaluation, mean over regions:\n{table}{note}"
 

@@ -6,10 +6,17 @@ used (they cannot be split into regions, or a region's update has the wrong shap
 NaN, or claims more environment steps than the round's budget). `sort_out` turns all of
 that into the healthy updates and one reason per region left out, so that nothing about a
 round goes unrecorded and the global model is built from healthy regions only.
+
+Each reason is one line a person reads in metrics.csv and on the console: what Flower
+hands the strategy for a failed client (its error reply wrapped in a ValueError, the
+client's exception as `<class '...'>:<'...'>`, under the simulation engine a whole Ray
+traceback around Flower's ClientAppException) is reduced to the exception that began
+it, `Type: message`, and Flower's words for an expired message to the round timeout.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -20,7 +27,7 @@ from fedmc_flwr.federation import wire
 from fedmc_flwr.federation.aggregation import RegionUpdate, check_update
 
 REASON_CHARS = 240
-"""Longest reason kept in metrics.csv (a remote traceback ends with its cause)."""
+"""Longest reason kept in metrics.csv; a longer one is cut and ends with `...`."""
 
 
 @dataclass
@@ -33,16 +40,83 @@ class RoundOutcome:
     """Region -> why it was left out of the round."""
 
 
+FLOWER_ERROR = re.compile(
+    r"Message contains an Error \(reason: (?P<reason>.*)\)\. "
+    r"It originated during client-side execution of a message\.?",
+    re.DOTALL,
+)
+"""How Flower's client proxy hands the strategy a client's error reply (a ValueError)."""
+TYPED = re.compile(r"<class '(?P<kind>[^']*)'>:<'(?P<message>.*)'>", re.DOTALL)
+"""How Flower writes the exception a client raised into its error reply."""
+STATUS = re.compile(r"Status\(code=<Code\.(?P<code>\w+): -?\d+>, message='(?P<message>.*)'\)")
+"""A reply whose status is not OK, as Flower's `Status` prints itself."""
+RAISED = re.compile(r"(?P<kind>[A-Za-z_][\w.]*(?:\([\w.]+\))?)(?:: ?(?P<message>.*))?")
+"""A traceback's line naming the exception raised (`module.Type: message`)."""
+CLIENT_APP = re.compile(r"Exception ClientAppException occurred\. Message: ")
+"""Flower's words around what a ClientApp raised, in the simulation engine."""
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+WRAPPERS = ("ClientAppException", "RayTaskError")
+"""Exception types that only carry another's failure: their name says nothing of it."""
+
+
+def _kind(name: str) -> str:
+    """`pkg.mod.Type` as `Type`, Ray's `RayTaskError(Type)` as `Type`; '' for a wrapper."""
+    name = re.sub(r"^.*\((.*)\)$", r"\1", name).rsplit(".", 1)[-1]
+    return "" if name in WRAPPERS else name
+
+
+def _root_cause(traceback: str) -> tuple[str, str] | None:
+    """A remote traceback's first exception (Python prints a chain from its root) as
+    (type, message with its further lines), or None when `traceback` is no traceback."""
+    lines = traceback.splitlines()
+    if not any(line.lstrip().startswith('File "') for line in lines):
+        return None
+    for k, line in enumerate(lines[1:], start=1):
+        raised = RAISED.fullmatch(line)
+        if raised and lines[k - 1].startswith(" ") and not line.startswith(" "):
+            rest = []
+            for more in lines[k + 1 :]:
+                if not more.strip():
+                    break
+                rest.append(more)
+            return raised["kind"], " ".join([raised["message"] or "", *rest])
+    return None
+
+
 def one_line(text: str) -> str:
-    """The last non-empty line of `text` (where a traceback names its cause), shortened."""
-    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
-    line = lines[-1] if lines else "no detail"
-    return line if len(line) <= REASON_CHARS else "..." + line[-(REASON_CHARS - 3) :]
+    """What a failure's text says, as one readable line: Flower's error reply, its
+    `<class '...'>` form of an exception, a reply's status and a remote traceback are
+    each reduced to the cause (`Type: message`); shortened to `REASON_CHARS`."""
+    text = ANSI.sub("", str(text)).strip()
+    wrapped = FLOWER_ERROR.fullmatch(text)
+    if wrapped:
+        text = wrapped["reason"].strip()
+    kind = ""
+    if typed := TYPED.fullmatch(text):
+        kind, text = typed["kind"], typed["message"]
+    elif status := STATUS.fullmatch(text):
+        code = status["code"].lower().replace("_", " ")
+        detail = status["message"]
+        text = f"its reply's status is {code}" + (f": {detail}" if detail else "")
+    if cause := _root_cause(text):
+        kind, text = cause
+    message = " ".join(CLIENT_APP.sub("", text).split())
+    kind = _kind(kind)
+    line = f"{kind}: {message}" if kind and message else kind or message or "no detail"
+    return line if len(line) <= REASON_CHARS else line[: REASON_CHARS - 3] + "..."
 
 
 def failure_reason(failure: object, round_timeout_s: float) -> str:
-    """Why a client failed, in one line: an exception's message, or a reply that never came."""
-    text = str(failure if isinstance(failure, BaseException) else getattr(failure, "status", ""))
+    """Why a client failed, in one line: the cause of an exception (`Type: message`),
+    a reply whose status is not OK, or a reply that never came."""
+    if isinstance(failure, BaseException):
+        text = str(failure)
+        if FLOWER_ERROR.fullmatch(text.strip()) is None:
+            text = f"{type(failure).__name__}: {text}" if text else type(failure).__name__
+    else:  # (client, reply) whose status is not OK
+        text = str(getattr(failure[1], "status", failure)) if isinstance(failure, tuple) else ""
+    if "node unavailable" in text.lower():  # Flower's words for a node gone silent
+        return "its node stopped sending heartbeats and left the federation"
     if "unavailable" in text.lower():  # Flower's words for a message that expired unanswered
         return (
             f"no reply within federation.round_timeout_s ({round_timeout_s:g} s)"
@@ -58,7 +132,7 @@ def missing_reason(client_failures: Sequence[str]) -> str:
     unique = list(dict.fromkeys(client_failures))
     if len(unique) == 1:
         return f"client failed: {unique[0]}"
-    return f"{len(client_failures)} clients failed: " + " | ".join(unique)
+    return f"{len(client_failures)} clients failed: " + "; ".join(unique)
 
 
 def split_update(

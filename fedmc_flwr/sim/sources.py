@@ -43,7 +43,8 @@ kept as steps of rate 0, and its arrays grow with the span."""
 @dataclass(frozen=True)
 class Grid:
     """One signal of every region: `values[r, :lengths[r]]`, one value per segment;
-    replay wraps around each region's own length."""
+    replay wraps around each region's length. A file's regions all have the file's
+    length (`traces.on_grid`); only packaged series of different datasets differ."""
 
     values: np.ndarray
     """[R, T] float64 (padded past each region's length)."""
@@ -150,7 +151,8 @@ def _file_grid(path: str, kind: str, names: list[str], step_s: float) -> tuple[G
             "estate has no rows"
         )
     traces.check_gaps(series, step_s)
-    rows = [traces.on_grid(series.times[r], series.values[r], step_s) for r in names]
+    length = traces.segments(traces.span(series), step_s)
+    rows = [traces.on_grid(series.times[r], series.values[r], step_s, length) for r in names]
     grid = Grid.stack(rows)
     return grid, grid.means()
 
@@ -161,7 +163,8 @@ def _packaged_grid(world: WorldConfig, regions: int) -> Grid:
     for name in names:
         values = traces.read_packaged(name)
         times = np.arange(len(values)) * PACKAGED_STEP_S
-        rows.append(traces.on_grid(times, values, world.trace_step_s))
+        length = traces.segments(times[-1], world.trace_step_s)
+        rows.append(traces.on_grid(times, values, world.trace_step_s, length))
     return Grid.stack(rows)
 
 

@@ -18,6 +18,16 @@ Formats read:
   Google 2019, Azure v2, datacentre-wide means every 300 s), read from its files.
 
 Timestamps are numbers of seconds or dates (read as UTC). Numpy and pandas only.
+
+One clock per file: a series file's regions are replayed on the file's clock, from its
+first row (time 0) to its last, whichever region each belongs to. Every region's series
+has that span's length (`on_grid`), so all of them wrap around together at the file's
+end and never drift apart. A region may start at most one step (`world.trace_step_s`)
+after the file's first row and end at most one step before its last, the missing
+segments holding its nearest value; beyond that, or with a gap longer than a step, the
+file is refused in one line (`check_gaps`), since the world could not know the signal
+there. The packaged series come from different datacentres and years and share no
+clock: each keeps its own length.
 """
 
 from __future__ import annotations
@@ -214,17 +224,28 @@ def _increasing(times: np.ndarray, rows: np.ndarray, path: Path, column: str, st
 
 
 def check_gaps(series: RegionSeries, step_s: float) -> None:
-    """No region's rows lie further apart than the world's step, and none starts more than
-    a step after the file's first row: the world could not know the signal in between,
-    nor before a region's first row (the grid keeps every region on the file's clock)."""
+    """Every region covers the file's clock: no region's rows lie further apart than the
+    world's step, and none starts more than a step after the file's first row or ends
+    more than a step before its last: the world could not know the signal in between,
+    before a region's first row nor after its last (`on_grid` keeps every region on the
+    file's clock, one length for all)."""
+    end = span(series)
     for region, times in series.times.items():
-        if len(times) and times[0] > step_s:
+        if times[0] > step_s:
             raise _fail(
                 series.path,
                 series.column,
                 f"region {region!r}: its first row is {times[0]:g} s after the file's first "
                 f"row, more than the world's step (world.trace_step_s = {step_s:g} s); "
                 "give every region rows from the file's start",
+            )
+        if end - times[-1] > step_s:
+            raise _fail(
+                series.path,
+                series.column,
+                f"region {region!r}: its last row is {end - times[-1]:g} s before the file's "
+                f"last row, more than the world's step (world.trace_step_s = {step_s:g} s); "
+                "give every region rows to the file's end",
             )
         gaps = np.diff(times)
         if len(gaps) and gaps.max() > step_s:
@@ -235,6 +256,11 @@ def check_gaps(series: RegionSeries, step_s: float) -> None:
                 f"region {region!r}: a gap of {gaps[at]:g} s after {times[at]:g} s, longer "
                 f"than the world's step (world.trace_step_s = {step_s:g} s)",
             )
+
+
+def span(series: RegionSeries) -> float:
+    """Seconds from the file's first row to its last, whichever regions they belong to."""
+    return max(float(times[-1]) for times in series.times.values())
 
 
 def _by_region(
@@ -372,16 +398,22 @@ def check_regions(path: str, column: str, named: list[str], estate: list[str]) -
         )
 
 
-def on_grid(times: np.ndarray, values: np.ndarray, step_s: float) -> np.ndarray:
-    """A region's rows as a piecewise-constant series of `step_s` segments counted from
-    time 0 (the file's first row, so every region of a file keeps its clock): the mean of
-    the rows in each segment (rows at most one step apart leave none empty). A segment
-    with no row of its own holds the last value; one before the region's first row (at
-    most a step: `check_gaps`) takes that row's."""
+def segments(end_s: float, step_s: float) -> int:
+    """How many `step_s` segments cover a file whose last row is `end_s` after its first."""
+    return int(np.floor(end_s / step_s)) + 1
+
+
+def on_grid(times: np.ndarray, values: np.ndarray, step_s: float, length: int) -> np.ndarray:
+    """A region's rows as a piecewise-constant series of `length` segments of `step_s`
+    counted from time 0 (the file's first row, so every region of a file keeps its clock
+    and one length: `segments` of the file's span): the mean of the rows in each segment
+    (rows at most one step apart leave none empty). A segment with no row of its own
+    holds the last value; one before the region's first row (at most a step:
+    `check_gaps`) takes that row's, and one after its last row (at most a step) holds it."""
     k = np.floor(times / step_s).astype(np.int64)
-    sums = np.bincount(k, weights=values)
-    counts = np.bincount(k)
+    sums = np.bincount(k, weights=values, minlength=length)
+    counts = np.bincount(k, minlength=length)
     filled = counts > 0
     out = np.where(filled, sums / np.maximum(counts, 1), 0.0)
-    last = np.maximum.accumulate(np.where(filled, np.arange(len(out)), k[0]))
+    last = np.maximum.accumulate(np.where(filled, np.arange(length), k[0]))
     return out[last]
