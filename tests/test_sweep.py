@@ -21,7 +21,7 @@ from conftest import CONF, TINY
 from fedmc_flwr.analysis.report import collect, compare, level
 from fedmc_flwr.cli import main
 from fedmc_flwr.config import ConfigError
-from fedmc_flwr.experiments.sweep import run_sweep, summarise_sweep
+from fedmc_flwr.experiments.sweep import drift_section, run_sweep, summarise_sweep
 from fedmc_flwr.sweeps import finished_frame, is_finished, load_sweep
 
 
@@ -290,3 +290,23 @@ def test_a_federated_cell_goes_to_the_runner_and_its_failure_is_exit_1(
         "name=ppo-fedavg-s0",
         f"results_dir={tmp_path / 'results' / 'unit'}",
     ]
+
+
+def test_the_drift_table_averages_each_federated_variants_rounds_and_seeds(tmp_path: Path) -> None:
+    """Rounds 1 and 2 of two seeds: round 1 keeps 0.6 and 0.8 of the length, round 2 0.2
+    and 0.4; a variant missing a seed's file gets no row (no mean over fewer seeds)."""
+    variants = {"ppo-fedavg": {"kind": "federated"}, "ppo-other": {"kind": "federated"}}
+    sweep = load_sweep(write_sweep(tmp_path, variants=variants))
+    for cell in sweep.cells:
+        if cell.variant == "ppo-other" and cell.seed == 1:
+            continue
+        cell.out_dir.mkdir(parents=True)
+        first, second = (0.6, 0.2) if cell.seed == 0 else (0.8, 0.4)
+        (cell.out_dir / "drift.csv").write_text(
+            "round,regions,mean_update_norm,region_update_norm,spread,shrink\n"
+            f"1,2,1,1,1.0,{first}\n2,2,1,1,3.0,{second}\n"
+        )
+    table = drift_section(sweep, [0, 1])
+    assert "| ppo-fedavg | 0.500 | 0.700 | 0.300 | 2.00 |" in table
+    assert "ppo-other" not in table
+    assert drift_section(sweep, [0]).count("| ppo-") == 2

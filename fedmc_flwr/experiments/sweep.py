@@ -46,6 +46,7 @@ from fedmc_flwr.analysis.report import (
 from fedmc_flwr.analysis.tables import with_ci
 from fedmc_flwr.config import ConfigError, shares_one_estate
 from fedmc_flwr.errors import RunFailure
+from fedmc_flwr.federation.drift import DRIFT_FILE
 from fedmc_flwr.outputs import output_dir
 from fedmc_flwr.results import (
     PER_SEED_COLUMNS,
@@ -226,9 +227,40 @@ def summarise_sweep(sweep: Sweep, baseline: str | None = None) -> tuple[Path, Pa
         "held-out world.\n\n"
         f"{format_markdown(level)}\n\n"
         f"Paired difference against `{summary['baseline'].iloc[0]}`:\n\n"
-        f"{format_markdown(paired)}\n"
+        f"{format_markdown(paired)}\n{drift_section(sweep, seeds)}"
     )
     return csv_path, md_path, curves_path
+
+
+def drift_section(sweep: Sweep, seeds: list[int]) -> str:
+    """How far each federated variant's region updates pulled apart (its cells'
+    `drift.csv`, `federation/drift.py`), means over training seeds: the share of the
+    regions' update length the mean kept, over all rounds, in the first and in the last,
+    and the spread; empty when no cell of `seeds` has the file."""
+    rows = [["policy", "length kept", "in round 1", "in the last round", "spread"]]
+    for variant in dict.fromkeys(cell.variant for cell in sweep.cells if cell.kind == "federated"):
+        files = [
+            cell.out_dir / DRIFT_FILE
+            for cell in sweep.cells
+            if cell.variant == variant and cell.seed in seeds
+        ]
+        if not files or not all(path.is_file() for path in files):
+            continue
+        drift = pd.concat([pd.read_csv(path) for path in files])
+        first, last = drift["round"] == drift["round"].min(), drift["round"] == drift["round"].max()
+        shares = [drift["shrink"], drift.loc[first, "shrink"], drift.loc[last, "shrink"]]
+        rows.append(
+            [variant, *(f"{share.mean():.3f}" for share in shares), f"{drift['spread'].mean():.2f}"]
+        )
+    if len(rows) == 1:
+        return ""
+    return (
+        "\nClient drift (each federated cell's drift.csv, means over rounds and training "
+        "seeds): the length of the mean update as a share of the regions' mean update "
+        "length (1: the updates add up; 1/sqrt(regions): unrelated directions), and the "
+        "spread of the updates around their mean over the mean's length.\n\n"
+        f"{format_markdown(rows)}\n"
+    )
 
 
 def arena_frame(sweep: Sweep, seeds: list[int], progress: bool = True) -> pd.DataFrame:
