@@ -137,7 +137,7 @@ def test_the_strategy_records_what_multi_krum_turns_away_as_failed() -> None:
     fits: list[list[int]] = []
 
     class Recorder:
-        def on_fit(self, server_round, updates, weights, wall_s) -> None:
+        def on_fit(self, server_round, updates, weights, wall_s, **saved) -> None:
             fits.append([u.region for u in updates])
 
         def on_failures(self, server_round: int, phase: str, failed: dict[int, str]) -> None:

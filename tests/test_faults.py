@@ -210,7 +210,7 @@ class _Recorder:
     failures: list[tuple[int, str, dict[int, str]]] = field(default_factory=list)
     aborted: list[str] = field(default_factory=list)
 
-    def on_fit(self, server_round, updates, weights, wall_s) -> None:
+    def on_fit(self, server_round, updates, weights, wall_s, **saved) -> None:
         self.fits.append((server_round, [u.region for u in updates]))
 
     def on_failures(self, server_round: int, phase: str, failed: dict[int, str]) -> None:

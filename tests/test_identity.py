@@ -54,7 +54,7 @@ class Recorder:
     evals: list[dict[int, float]] = field(default_factory=list)
     failures: list[tuple[str, dict[int, str]]] = field(default_factory=list)
 
-    def on_fit(self, server_round, updates, weights, wall_s) -> None:
+    def on_fit(self, server_round, updates, weights, wall_s, **saved) -> None:
         self.fits.append({u.region: float(u.weights[0].flat[0]) for u in updates})
 
     def on_failures(self, server_round: int, phase: str, failed: dict[int, str]) -> None:
