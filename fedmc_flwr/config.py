@@ -494,10 +494,12 @@ class FederationConfig:
     validation worlds and averages those that do not fall behind the previous global
     network; docs/security.md). The robust rules bound what a broken or hostile minority
     can do to the global model; statistics are pooled with each region's count capped."""
-    byzantine: int = 1
-    """Hostile regions per round the robust rules must hold against, refused beyond each
-    rule's breakdown point (`breakdown_point`); 'multi-krum' keeps the regions - byzantine
-    updates with the lowest Krum scores. 'mean' makes no such claim and does not read it."""
+    byzantine: int | str = "auto"
+    """Hostile regions per round the robust rules must hold against: a count, refused
+    beyond the rule's breakdown point (`breakdown_point`), or 'auto', the most that
+    breakdown point allows for the regions that reply in each round (the operator rarely
+    knows how many attackers there are). 'multi-krum' keeps the regions - byzantine updates
+    with the lowest Krum scores. 'mean' makes no such claim and does not read it."""
     trim_fraction: float = 0.2
     """Share of regions cut at each end per coordinate by 'trimmed-mean' (at least one
     region must be cut: trim_fraction * regions >= 1)."""
@@ -505,9 +507,10 @@ class FederationConfig:
     """'acceptance': validation worlds per region the server scores each candidate on."""
     acceptance_steps: int = 500
     """'acceptance': jobs each of those worlds runs per score."""
-    acceptance_tolerance: float = 0.05
+    acceptance_tolerance: float = 0.1
     """'acceptance': a region's network is kept when its mean reward on the server's worlds
-    is at least the previous global network's less this share of that reward's size."""
+    is at least the better of the previous global network's and the candidates' lower
+    median less this share of that reward's size (docs/security.md)."""
     clip: float = 0.0
     """Clip each region's update (its change of the network weights this round) to at most
     `clip` times the round's median update norm before combining; 0 turns clipping off."""
@@ -683,7 +686,10 @@ _RANGES: dict[str, _Check] = {
     "federation.mu": (_unit_half_open, "a number in [0, 1)"),
     "federation.proximal_mu": (_non_negative, "a number >= 0"),
     "federation.trim_fraction": (lambda v: 0 < v < 0.5, "a number in (0, 0.5)"),
-    "federation.byzantine": (lambda v: v >= 0, "an integer >= 0"),
+    "federation.byzantine": (
+        lambda v: v == "auto" or (isinstance(v, int) and v >= 0),
+        "'auto' or an integer >= 0",
+    ),
     "federation.acceptance_worlds": (lambda v: v >= 2, "an integer >= 2"),
     "federation.acceptance_steps": (_positive, "an integer > 0"),
     "federation.acceptance_tolerance": (_non_negative, "a number >= 0"),
@@ -794,7 +800,8 @@ def _check_federation(cfg: DictConfig, source: str) -> None:
     most = breakdown_point(
         federation.aggregation, regions, federation.trim_fraction, federation.min_regions
     )
-    if BREAKDOWN_POINTS[federation.aggregation] is not None and federation.byzantine > most:
+    claimed = federation.byzantine != "auto" and BREAKDOWN_POINTS[federation.aggregation]
+    if claimed and federation.byzantine > most:
         raise ConfigError(
             f"{source}: federation.byzantine = {federation.byzantine} is not allowed with "
             f"aggregation {federation.aggregation!r} and {regions} regions; expected at most "
