@@ -574,6 +574,8 @@ class FaultConfig:
             "sign-flip",
             "free-rider",
             "statistics",
+            "shift-means",
+            "scale-variance",
             "impersonate",
         ),
         "raise",
@@ -583,10 +585,13 @@ class FaultConfig:
     absurd environment-step count), 'scale' (its update multiplied by `scale`),
     'sign-flip' (its update multiplied by -|scale|), 'free-rider' (it sends the round's
     global weights back as its own), 'statistics' (its moments claim a million times
-    their sample count and a variance of 0) or 'impersonate' (its reply names the next
+    their sample count and a variance of 0), 'shift-means' (`scale` added to every mean
+    of its moments, its network honest), 'scale-variance' (every variance of its moments
+    multiplied by `scale`, its network honest) or 'impersonate' (its reply names the next
     region as its own)."""
     scale: float = 1000.0
-    """Factor on the region's update for kinds 'scale' and 'sign-flip'."""
+    """Factor on the region's update for kinds 'scale' and 'sign-flip'; the shift of
+    'shift-means'; the factor on the variances of 'scale-variance' (at least 0)."""
 
 
 @dataclass
@@ -820,6 +825,11 @@ def _check_federation(cfg: DictConfig, source: str) -> None:
         if not math.isfinite(fault.scale):
             raise ConfigError(
                 f"{where}.scale = {fault.scale} is not allowed; expected a finite number"
+            )
+        if fault.kind == "scale-variance" and fault.scale < 0:
+            raise ConfigError(
+                f"{where}.scale = {fault.scale} is not allowed with kind 'scale-variance'; "
+                "expected a number >= 0 (a factor on variances)"
             )
 
 
