@@ -1,5 +1,6 @@
-"""The attack table of docs/security.md: every attack against every robust rule, 5 and 10
-regions, 20% and 40% hostile, paired against clean FedAvg on the same test worlds.
+"""The attack table of docs/security.md: every attack against every robust rule (and the
+statistics attacks against the mean too), 5 and 10 regions, 20% and 40% hostile, paired
+against clean FedAvg on the same test worlds.
 
 Each cell trains one federation through the plain functions the Flower apps call
 (`train_region`, `aggregation.screen` with the server's own `acceptance.rule_score`,
@@ -10,6 +11,7 @@ config refuses it, and the table shows that refusal's line. Round 1's honest tra
 starts from the same weights in every cell of a size, so it is trained once per size.
 
     python bench/bench_attacks.py
+    python bench/bench_attacks.py --regions 5 --share 0.2 --rule median --attack shift-30
 
 Attacks (each hostile region, every round; the omniscient ones see the honest updates):
 sign-flip (its own update x -10), colluding (all send one identical update: -10 x the
@@ -19,8 +21,14 @@ coordinate), min-max (Shejwalkar and Houmansadr 2021: the honest mean plus gamma
 the honest standard deviation, gamma the largest that keeps it no farther from any honest
 update than the honest ones are from each other), free-rider (the global weights sent
 back), statistics (observation means of 1e200) and impersonate (its reply relabelled as
-the next region's: the server's identity check). Prints Markdown rows as they finish,
-then one JSON line.
+the next region's: the server's identity check). The statistics attacks send the region's
+honest network with lying running moments (observation and return): shift-3, shift-30
+and shift-300 add that constant to every mean, shift-5-spreads puts every mean 5 of the
+honest regions' spreads (`moments.Band`: the larger of how far their means lie apart and
+their median standard deviation) above their median, the furthest a region is pooled at
+the band's edge rather than turned away, variance-x100 multiplies every variance by 100,
+and escalating adds 3, 30, 300, ... (ten times more each round). `--attack` runs some
+only. Prints Markdown rows as they finish, then one JSON line.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,10 +57,10 @@ from fedmc_flwr.federation.acceptance import rule_score
 from fedmc_flwr.federation.aggregation import RegionUpdate, Weights, aggregate, deltas, screen
 from fedmc_flwr.federation.identity import impostor
 from fedmc_flwr.federation.server_app import initial_weights
-from fedmc_flwr.policies.moments import MOMENT_ARRAYS
+from fedmc_flwr.policies.moments import MOMENT_ARRAYS, Moments, typical
 from fedmc_flwr.policies.ppo import STATISTICS
 
-ATTACKS = (
+NETWORK_ATTACKS = (
     "sign-flip",
     "colluding",
     "noise",
@@ -61,7 +70,23 @@ ATTACKS = (
     "statistics",
     "impersonate",
 )
-RULES = ("median", "multi-krum", "acceptance")
+SPREADS_SHIFT = 5.0
+"""How many of the honest regions' spreads shift-5-spreads moves every mean."""
+STATISTICS_ATTACKS: dict[str, tuple[str, Callable[[int], float]]] = {
+    "shift-3": ("shift-means", lambda rnd: 3.0),
+    "shift-30": ("shift-means", lambda rnd: 30.0),
+    "shift-300": ("shift-means", lambda rnd: 300.0),
+    "shift-5-spreads": ("shift-means", lambda rnd: SPREADS_SHIFT),
+    "variance-x100": ("scale-variance", lambda rnd: 100.0),
+    "escalating": ("shift-means", lambda rnd: 3.0 * 10 ** (rnd - 1)),
+}
+"""Each statistics attack: the fault kind its regions send (`faults.corrupt`, with an
+honest network) and its size in a round (shift-5-spreads: in spreads, per feature)."""
+ATTACKS = (*NETWORK_ATTACKS, *STATISTICS_ATTACKS)
+RULES = ("mean", "median", "multi-krum", "acceptance")
+CLAIMLESS = ("mean",)
+"""Rules that make no claim against hostile networks: run on the statistics attacks only
+(what every rule pools alike)."""
 SCALE = 10.0
 SMALL = [
     "world.nodes_per_region=3",
@@ -127,13 +152,44 @@ def _hostile_moves(attack: str, honest: np.ndarray, own: np.ndarray, f: int) -> 
     return own
 
 
+def _honest_spread(updates: list[RegionUpdate], honest: list[int], network: int) -> Weights:
+    """Per statistics group, the honest regions' median mean plus SPREADS_SHIFT of their
+    spreads (`moments.typical`, over the honest regions alone)."""
+    out: Weights = []
+    for k in range(network, len(updates[0].weights), MOMENT_ARRAYS):
+        parts = [Moments.from_arrays(updates[h].weights[k : k + MOMENT_ARRAYS]) for h in honest]
+        centre, spread, _, _ = typical(parts)
+        out.append(centre + SPREADS_SHIFT * spread)
+    return out
+
+
+def _lying_statistics(
+    attack: str, updates: list[RegionUpdate], start: Weights, hostile: list[int], rnd: int
+) -> list[RegionUpdate]:
+    """The replies with the hostile regions' running moments replaced by the attack's."""
+    network = len(start) - len(STATISTICS) * MOMENT_ARRAYS
+    kind, size = STATISTICS_ATTACKS[attack]
+    out = list(updates)
+    honest = [k for k in range(len(updates)) if k not in hostile]
+    targets = _honest_spread(updates, honest, network) if attack == "shift-5-spreads" else []
+    for h in hostile:
+        fault = FaultConfig(region=h, kind=kind, scale=size(rnd))
+        sent, _ = faults.corrupt(fault, out[h].weights, 1, start, network)
+        for group, target in enumerate(targets):
+            sent[network + group * MOMENT_ARRAYS + 1] = target.copy()
+        out[h] = RegionUpdate(h, sent, out[h].num_examples)
+    return out
+
+
 def attacked(
-    attack: str, updates: list[RegionUpdate], start: Weights, hostile: list[int]
+    attack: str, updates: list[RegionUpdate], start: Weights, hostile: list[int], rnd: int
 ) -> tuple[list[RegionUpdate], dict[int, str]]:
-    """The replies the server accepts for the round, and the regions its identity check
+    """The replies the server accepts for round `rnd`, and the regions its identity check
     refused (impersonation); the hostile regions' replies carry the attack."""
     if attack == "none":
         return updates, {}
+    if attack in STATISTICS_ATTACKS:
+        return _lying_statistics(attack, updates, start, hostile, rnd), {}
     network = len(start) - len(STATISTICS) * MOMENT_ARRAYS
     out = list(updates)
     if attack == "impersonate":
@@ -175,7 +231,7 @@ def federate(
     hostile_out = honest_out = 0
     for rnd in range(1, cfg.train.rounds + 1):
         trained = first if rnd == 1 else _train(cfg, weights, rnd, state)
-        replies, refused = attacked(attack, trained, weights, hostile)
+        replies, refused = attacked(attack, trained, weights, hostile, rnd)
         kept, rejected = screen(replies, weights, cfg.federation, statistics, score)
         out = {**refused, **rejected}
         hostile_out += sum(1 for r in out if r in hostile and attack != "none")
@@ -240,9 +296,16 @@ def cell(size: Size, attack: str, rule: str, f: int) -> dict:
 
 
 def run(
-    config: Path, sizes: list[int], shares: list[float], rules: list[str], tmp: Path, jobs: int
+    config: Path,
+    sizes: list[int],
+    shares: list[float],
+    rules: list[str],
+    attacks: list[str],
+    tmp: Path,
+    jobs: int,
 ) -> list[dict]:
-    """Every cell, `jobs` at a time (each cell on one thread: cells are independent, and
+    """Every cell of `attacks` under `rules` (the rules in CLAIMLESS under the statistics
+    attacks only), `jobs` at a time (each cell on one thread: cells are independent, and
     each is seeded on its own, so the rows do not depend on `jobs`)."""
     rows: list[dict] = []
     spawn = multiprocessing.get_context("spawn")
@@ -255,7 +318,13 @@ def run(
             clean, _, _ = federate(clean_cfg, "none", [], first, folder)
             size = Size(config, base, first, _per_seed(clean_cfg, clean), folder)
             cells = [("none", rule, 0) for rule in rules]
-            cells += [(a, rule, round(s * n)) for s in shares for a in ATTACKS for rule in rules]
+            cells += [
+                (a, rule, round(s * n))
+                for s in shares
+                for a in attacks
+                for rule in rules
+                if rule not in CLAIMLESS or a in STATISTICS_ATTACKS
+            ]
             futures = [pool.submit(cell, size, *c) for c in cells]
             for future in futures:
                 rows.append(future.result())
@@ -287,8 +356,9 @@ def _verdict(rows: list[dict]) -> str:
 
 def tables(rows: list[dict]) -> str:
     """Per estate size and hostile count, attacks down and rules across (each cell: the
-    paired difference to clean FedAvg, then hostile / honest replies turned away), and
-    each rule's verdict against the target."""
+    paired difference to clean FedAvg, then hostile / honest replies turned away; "not
+    run" for a network attack under a rule in CLAIMLESS), and each rule's verdict against
+    the target."""
     out = []
     for n in sorted({r["regions"] for r in rows}):
         mine = [r for r in rows if r["regions"] == n]
@@ -300,7 +370,10 @@ def tables(rows: list[dict]) -> str:
             out += [f"**{f} of {n} hostile ({100 * f / n:.0f}%)**, clean FedAvg {clean:.4f}", ""]
             out += ["| attack | " + " | ".join(rules) + " |", "|---|" + "---|" * len(rules)]
             for attack in attacks:
-                texts = [_cell_text(cells[attack, rule]) for rule in rules]
+                texts = [
+                    _cell_text(cells[attack, rule]) if (attack, rule) in cells else "not run"
+                    for rule in rules
+                ]
                 out.append(f"| {attack} | " + " | ".join(texts) + " |")
             out.append("")
             for rule in rules:
@@ -331,6 +404,7 @@ def main() -> None:
     parser.add_argument("--regions", type=int, action="append")
     parser.add_argument("--share", type=float, action="append", help="hostile share")
     parser.add_argument("--rule", action="append", choices=RULES)
+    parser.add_argument("--attack", action="append", choices=ATTACKS, help="some attacks only")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="cells at once")
     parser.add_argument("--doc", type=Path, help="write the tables into this file's section")
     args = parser.parse_args()
@@ -339,7 +413,8 @@ def main() -> None:
     began = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-attacks-") as tmp:
         sizes, shares = args.regions or [5, 10], args.share or [0.2, 0.4]
-        rows = run(args.config, sizes, shares, args.rule or list(RULES), Path(tmp), args.jobs)
+        rules, attacks = args.rule or list(RULES), args.attack or list(ATTACKS)
+        rows = run(args.config, sizes, shares, rules, attacks, Path(tmp), args.jobs)
     wall = time.perf_counter() - began
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(tables(rows))

@@ -184,26 +184,37 @@ MAD_TO_STD = 1.4826
 """The median absolute deviation of a normal sample times this estimates its std."""
 
 
-def _leave_one_out(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per row k of `[n, dim]` values: the median of the OTHER rows and their median
-    absolute deviation from it (scaled to a standard deviation), each `[n, dim]`."""
-    centre, spread = np.empty_like(values), np.empty_like(values)
-    for k in range(len(values)):
-        others = np.delete(values, k, axis=0)
-        centre[k] = np.median(others, axis=0)
-        spread[k] = MAD_TO_STD * np.median(np.abs(others - centre[k]), axis=0)
-    return centre, spread
+def _floor(parts: Sequence[Moments]) -> np.ndarray:
+    """Per feature, a millionth of its typical size: a feature constant everywhere has no
+    spread at all, and this keeps a band of it finite, far below any honest difference."""
+    return 1e-6 * np.median(np.stack([scale(p) for p in parts]), axis=0) + 1e-300
+
+
+def typical(
+    parts: Sequence[Moments], floor: np.ndarray | float = 0.0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per feature, what `parts` say together: the median of their means and its spread
+    (the larger of how far their means lie apart, as a scaled median absolute deviation,
+    and their median standard deviation, so that parts which agree closely still leave
+    room for sampling noise), and the median of the log of their standard deviations
+    (each at least `floor`) and its spread (at least LOG_STD_SPREAD_FLOOR)."""
+    means = np.stack([p.mean for p in parts])
+    stds = np.sqrt(np.stack([p.var for p in parts]))
+    centre = np.median(means, axis=0)
+    between = MAD_TO_STD * np.median(np.abs(means - centre), axis=0)
+    spread = np.maximum(np.maximum(between, np.median(stds, axis=0)), floor)
+    logs = np.log(np.maximum(stds, floor))
+    log_centre = np.median(logs, axis=0)
+    log_spread = MAD_TO_STD * np.median(np.abs(logs - log_centre), axis=0)
+    return centre, spread, log_centre, np.maximum(log_spread, LOG_STD_SPREAD_FLOOR)
 
 
 @dataclass(frozen=True)
 class Band:
-    """Per region and feature (`[n, dim]` each), what the other regions of the round say:
-    the median of their means and its spread (the larger of how far their means lie
-    apart and their typical standard deviation, so that regions which agree closely still
-    leave room for sampling noise), and the same for the log of their standard deviations.
-    A region's own figures never enter its band, so an attacker cannot widen its own, and
-    it cannot widen an honest region's beyond the honest regions' spread while it is one
-    of several others."""
+    """Per region and feature (`[n, dim]` each), what the OTHER regions of the round say
+    (`typical`). A region's own figures never enter its band, so an attacker cannot
+    widen its own, and it cannot widen an honest region's beyond the honest regions'
+    spread while it is one of several others."""
 
     centre: np.ndarray
     spread: np.ndarray
@@ -212,22 +223,9 @@ class Band:
 
     @classmethod
     def of(cls, parts: Sequence[Moments]) -> Band:
-        means = np.stack([p.mean for p in parts])
-        stds = np.sqrt(np.stack([p.var for p in parts]))
-        # A feature constant everywhere has no spread at all: the floor keeps the band
-        # finite, far below any honest difference (a millionth of the feature's size).
-        floor = 1e-6 * np.median(np.abs(means) + stds, axis=0) + 1e-300
-        centre, between = _leave_one_out(means)
-        within = np.stack(
-            [np.median(np.delete(stds, k, axis=0), axis=0) for k in range(len(parts))]
-        )
-        log_std_centre, log_std_spread = _leave_one_out(np.log(np.maximum(stds, floor)))
-        return cls(
-            centre,
-            np.maximum(np.maximum(between, within), floor),
-            log_std_centre,
-            np.maximum(log_std_spread, LOG_STD_SPREAD_FLOOR),
-        )
+        floor = _floor(parts)
+        rows = [typical([*parts[:k], *parts[k + 1 :]], floor) for k in range(len(parts))]
+        return cls(*(np.stack(column) for column in zip(*rows, strict=True)))
 
     def mean_spreads(self, parts: Sequence[Moments]) -> np.ndarray:
         """How many spreads each part's mean lies from the others' median (signed)."""
