@@ -57,7 +57,7 @@ from fedmc_flwr.federation.acceptance import rule_score
 from fedmc_flwr.federation.aggregation import RegionUpdate, Weights, aggregate, deltas, screen
 from fedmc_flwr.federation.identity import impostor
 from fedmc_flwr.federation.server_app import initial_weights
-from fedmc_flwr.policies.moments import MOMENT_ARRAYS, Moments, typical
+from fedmc_flwr.policies.moments import MIN_PARTS_TO_JUDGE, MOMENT_ARRAYS, Band, Moments, typical
 from fedmc_flwr.policies.ppo import STATISTICS
 
 NETWORK_ATTACKS = (
@@ -219,25 +219,57 @@ def attacked(
     return out, {}
 
 
+def widest(replies: list[RegionUpdate], honest: list[int], cut: int) -> np.ndarray:
+    """How far the honest replies' statistics lie from the other honest regions' (in
+    spreads of `moments.Band`): the most for the means and for the standard deviations
+    upward, over every group and feature, where a clean run needs them below
+    POOLED_SPREADS to pool exactly."""
+    means, stds = [0.0], [0.0]
+    ours = [replies[k].weights[cut:] for k in honest]
+    for k in range(0, len(ours[0]), MOMENT_ARRAYS):
+        parts = [Moments.from_arrays(w[k : k + MOMENT_ARRAYS]) for w in ours]
+        band = Band.of(parts)
+        means.append(float(np.abs(band.mean_spreads(parts)).max()))
+        logs = np.log(np.sqrt(np.stack([p.var for p in parts])) + 1e-300)
+        stds.append(float(((logs - band.log_std_centre) / band.log_std_spread).max()))
+    return np.array([max(means), max(stds)])
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One cell's federation: the final global weights, the replies turned away, and
+    the honest statistics' widest spreads (`widest`) over its rounds."""
+
+    weights: Weights
+    hostile_out: int
+    honest_out: int
+    spreads: np.ndarray
+
+
 def federate(
     cfg: ExperimentConfig, attack: str, hostile: list[int], first: list[RegionUpdate], tmp: Path
-) -> tuple[Weights, int, int]:
-    """The final global weights of one cell and the replies turned away (hostile, honest)."""
+) -> Outcome:
+    """One cell's federation (`Outcome`)."""
     statistics = len(STATISTICS)
     weights = initial_weights(cfg)
     score = rule_score(cfg)
     state = tmp / f"{cfg.federation.aggregation}-{attack}-{len(hostile)}"
     shutil.copytree(tmp / "round1", state)
     hostile_out = honest_out = 0
+    honest = [k for k in range(len(first)) if k not in hostile]
+    spreads = np.zeros(2)
     for rnd in range(1, cfg.train.rounds + 1):
         trained = first if rnd == 1 else _train(cfg, weights, rnd, state)
+        cut = len(weights) - statistics * MOMENT_ARRAYS
+        if len(honest) >= MIN_PARTS_TO_JUDGE:
+            spreads = np.maximum(spreads, widest(trained, honest, cut))
         replies, refused = attacked(attack, trained, weights, hostile, rnd)
         kept, rejected = screen(replies, weights, cfg.federation, statistics, score)
         out = {**refused, **rejected}
         hostile_out += sum(1 for r in out if r in hostile and attack != "none")
         honest_out += sum(1 for r in out if r not in hostile or attack == "none")
         weights = aggregate(kept, weights, cfg.federation, statistics)
-    return weights, hostile_out, honest_out
+    return Outcome(weights, hostile_out, honest_out, spreads)
 
 
 def refusal(config: Path, overrides: list[str]) -> str | None:
@@ -253,13 +285,14 @@ def refusal(config: Path, overrides: list[str]) -> str | None:
 class Size:
     """What every cell of one estate size shares: its config, round 1's honest training
     (a folder of each region's learner state, and the updates), and clean FedAvg's
-    held-out reward per test world."""
+    held-out reward per test world, and how far its honest statistics lay apart."""
 
     config: Path
     base: list[str]
     first: list[RegionUpdate]
     reference: np.ndarray
     tmp: Path
+    spreads: np.ndarray
 
 
 def _worker_threads() -> None:
@@ -278,8 +311,8 @@ def cell(size: Size, attack: str, rule: str, f: int) -> dict:
     cfg = load_config(size.config, overrides)
     began = time.perf_counter()
     hostile = list(range(n - f, n))
-    weights, hostile_out, honest_out = federate(cfg, attack, hostile, size.first, size.tmp)
-    rewards = _per_seed(cfg, weights)
+    outcome = federate(cfg, attack, hostile, size.first, size.tmp)
+    rewards = _per_seed(cfg, outcome.weights)
     diff = rewards - size.reference
     half = 1.96 * diff.std(ddof=1) / np.sqrt(len(diff))
     return {
@@ -288,9 +321,10 @@ def cell(size: Size, attack: str, rule: str, f: int) -> dict:
         "vs_clean_pct": round(100 * diff.mean() / abs(size.reference.mean()), 1),
         "paired_diff": round(float(diff.mean()), 4),
         "ci95": round(float(half), 4),
-        "hostile_rejected": f"{hostile_out}/{f * cfg.train.rounds}",
-        "honest_rejected": f"{honest_out}/{(n - f) * cfg.train.rounds}",
+        "hostile_rejected": f"{outcome.hostile_out}/{f * cfg.train.rounds}",
+        "honest_rejected": f"{outcome.honest_out}/{(n - f) * cfg.train.rounds}",
         "clean_reward": round(float(size.reference.mean()), 4),
+        "clean_spreads": [round(float(x), 2) for x in size.spreads],
         "wall_s": round(time.perf_counter() - began, 1),
     }
 
@@ -315,8 +349,9 @@ def run(
             clean_cfg = load_config(config, base)
             folder = tmp / f"regions-{n}"
             first = _train(clean_cfg, initial_weights(clean_cfg), 1, folder / "round1")
-            clean, _, _ = federate(clean_cfg, "none", [], first, folder)
-            size = Size(config, base, first, _per_seed(clean_cfg, clean), folder)
+            clean = federate(clean_cfg, "none", [], first, folder)
+            reference = _per_seed(clean_cfg, clean.weights)
+            size = Size(config, base, first, reference, folder, clean.spreads)
             cells = [("none", rule, 0) for rule in rules]
             cells += [
                 (a, rule, round(s * n))
@@ -363,11 +398,17 @@ def tables(rows: list[dict]) -> str:
     for n in sorted({r["regions"] for r in rows}):
         mine = [r for r in rows if r["regions"] == n]
         clean = next(r["clean_reward"] for r in mine if "clean_reward" in r)
+        spreads = next(r["clean_spreads"] for r in mine if "clean_spreads" in r)
         rules = list(dict.fromkeys(r["rule"] for r in mine))
         for f in sorted({r["hostile"] for r in mine if r["hostile"] > 0}):
             cells = {(r["attack"], r["rule"]): r for r in mine if r["hostile"] in (0, f)}
             attacks = [a for a in ("none", *ATTACKS) if any((a, rule) in cells for rule in rules)]
-            out += [f"**{f} of {n} hostile ({100 * f / n:.0f}%)**, clean FedAvg {clean:.4f}", ""]
+            out += [
+                f"**{f} of {n} hostile ({100 * f / n:.0f}%)**, clean FedAvg {clean:.4f} (its "
+                f"regions' statistics within {spreads[0]:.2f} spreads of the others' for the "
+                f"means, {spreads[1]:.2f} for the standard deviations)",
+                "",
+            ]
             out += ["| attack | " + " | ".join(rules) + " |", "|---|" + "---|" * len(rules)]
             for attack in attacks:
                 texts = [
