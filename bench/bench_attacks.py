@@ -352,7 +352,7 @@ def run(
             clean = federate(clean_cfg, "none", [], first, folder)
             reference = _per_seed(clean_cfg, clean.weights)
             size = Size(config, base, first, reference, folder, clean.spreads)
-            cells = [("none", rule, 0) for rule in rules]
+            cells = [("none", rule, 0) for rule in rules if rule != "mean"]  # the reference
             cells += [
                 (a, rule, round(s * n))
                 for s in shares
@@ -392,8 +392,8 @@ def _verdict(rows: list[dict]) -> str:
 def tables(rows: list[dict]) -> str:
     """Per estate size and hostile count, attacks down and rules across (each cell: the
     paired difference to clean FedAvg, then hostile / honest replies turned away; "not
-    run" for a network attack under a rule in CLAIMLESS), and each rule's verdict against
-    the target."""
+    run" for a network attack under a rule in CLAIMLESS, and for clean 'mean', which is
+    clean FedAvg itself), and each rule's verdict against the target."""
     out = []
     for n in sorted({r["regions"] for r in rows}):
         mine = [r for r in rows if r["regions"] == n]

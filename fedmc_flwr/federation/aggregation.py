@@ -278,10 +278,10 @@ def accepted(
     `tolerance` (`federation.acceptance_tolerance`) of its size: a hostile minority can
     neither lift the median above the honest candidates nor lower the bar below the
     previous network, and an honest region is turned away only if its round did markedly
-    worse than both. Each network is judged on its own merit, so copies of a hostile
-    update do not vouch for each other. When every candidate falls below the bar (the
-    previous network better than all), those within `tolerance` of the best candidate are
-    kept: the rule never turns every region away at once."""
+    worse than the better of the two. Each network is judged on its own merit, so copies
+    of a hostile update do not vouch for each other. When every candidate falls below the
+    bar (the previous network better than all), those within `tolerance` of the best
+    candidate are kept: the rule never turns every region away at once."""
     statistics = scoring_statistics(
         previous[cut:], [u.weights[cut:] for u in updates], [u.num_examples for u in updates]
     )
