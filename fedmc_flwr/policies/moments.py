@@ -169,9 +169,10 @@ which of them is the odd one."""
 POOLED_SPREADS = 2.0
 """How far from the other regions' median (in their spreads, `Band`) a region's mean, and
 its standard deviation upward, is pooled as sent; beyond, it is pooled at that edge
-(`bounded`). Honest regions of the attack table's federations (5 and 10 regions, 4
-rounds of FedAvg) lay within 1.4 spreads of the others' median on every feature for the
-mean and 1.7 for the standard deviation (docs/security.md), so a clean run pools exactly."""
+(`bounded`). The honest regions of the attack table's clean federations
+(`bench/bench_attacks.py`, 5 and 10 regions) lay within 1.04 and 1.34 spreads of the
+others' median on every feature for the mean, 1.67 and 1.38 for the standard deviation
+(docs/security.md), so a clean run pools exactly."""
 REJECTED_SPREADS = 8.0
 """Beyond this many spreads the region's statistics are turned away (`outliers`): far
 beyond any honest difference measured, so that a region whose workload differs from the
