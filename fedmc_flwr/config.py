@@ -692,7 +692,7 @@ _RANGES: dict[str, _Check] = {
     "federation.proximal_mu": (_non_negative, "a number >= 0"),
     "federation.trim_fraction": (lambda v: 0 < v < 0.5, "a number in (0, 0.5)"),
     "federation.byzantine": (
-        lambda v: v == "auto" or (isinstance(v, int) and v >= 0),
+        lambda v: v == "auto" or (type(v) is int and v >= 0),
         "'auto' or an integer >= 0",
     ),
     "federation.acceptance_worlds": (lambda v: v >= 2, "an integer >= 2"),
@@ -805,8 +805,12 @@ def _check_federation(cfg: DictConfig, source: str) -> None:
     most = breakdown_point(
         federation.aggregation, regions, federation.trim_fraction, federation.min_regions
     )
-    claimed = federation.byzantine != "auto" and BREAKDOWN_POINTS[federation.aggregation]
-    if claimed and federation.byzantine > most:
+    counted = federation.byzantine != "auto"
+    if (
+        counted
+        and BREAKDOWN_POINTS[federation.aggregation] is not None
+        and federation.byzantine > most
+    ):
         raise ConfigError(
             f"{source}: federation.byzantine = {federation.byzantine} is not allowed with "
             f"aggregation {federation.aggregation!r} and {regions} regions; expected at most "
