@@ -24,10 +24,12 @@ back), statistics (observation means of 1e200) and impersonate (its reply relabe
 the next region's: the server's identity check). The statistics attacks send the region's
 honest network with lying running moments (observation and return): shift-3, shift-30
 and shift-300 add that constant to every mean, shift-5-spreads puts every mean 5 of the
-honest regions' spreads (`moments.Band`: the larger of how far their means lie apart and
-their median standard deviation) above their median, the furthest a region is pooled at
-the band's edge rather than turned away, variance-x100 multiplies every variance by 100,
-and escalating adds 3, 30, 300, ... (ten times more each round). `--attack` runs some
+honest regions' spreads (`moments.typical`: the larger of how far their means lie apart
+and their median standard deviation) above their median, inside the 8 that are turned
+away and so pooled at the band's edge, variance-x100 multiplies every variance by 100,
+escalating adds 3, 30, 300, ... (ten times more each round) and escalating-spreads puts
+every mean 1, 3, 9, ... spreads above the honest median (pooled as sent, then at the
+band's edge, then turned away). `--attack` runs some
 only. Prints Markdown rows as they finish, then one JSON line.
 """
 
@@ -70,18 +72,20 @@ NETWORK_ATTACKS = (
     "statistics",
     "impersonate",
 )
-SPREADS_SHIFT = 5.0
-"""How many of the honest regions' spreads shift-5-spreads moves every mean."""
+IN_SPREADS = ("shift-5-spreads", "escalating-spreads")
+"""The attacks whose size is counted in the honest regions' spreads, feature by feature,
+from their median (`moments.typical`)."""
 STATISTICS_ATTACKS: dict[str, tuple[str, Callable[[int], float]]] = {
     "shift-3": ("shift-means", lambda rnd: 3.0),
     "shift-30": ("shift-means", lambda rnd: 30.0),
     "shift-300": ("shift-means", lambda rnd: 300.0),
-    "shift-5-spreads": ("shift-means", lambda rnd: SPREADS_SHIFT),
+    "shift-5-spreads": ("shift-means", lambda rnd: 5.0),
     "variance-x100": ("scale-variance", lambda rnd: 100.0),
     "escalating": ("shift-means", lambda rnd: 3.0 * 10 ** (rnd - 1)),
+    "escalating-spreads": ("shift-means", lambda rnd: 3.0 ** (rnd - 1)),
 }
 """Each statistics attack: the fault kind its regions send (`faults.corrupt`, with an
-honest network) and its size in a round (shift-5-spreads: in spreads, per feature)."""
+honest network) and its size in a round (for those IN_SPREADS: in spreads, per feature)."""
 ATTACKS = (*NETWORK_ATTACKS, *STATISTICS_ATTACKS)
 RULES = ("mean", "median", "multi-krum", "acceptance")
 CLAIMLESS = ("mean",)
@@ -152,14 +156,16 @@ def _hostile_moves(attack: str, honest: np.ndarray, own: np.ndarray, f: int) -> 
     return own
 
 
-def _honest_spread(updates: list[RegionUpdate], honest: list[int], network: int) -> Weights:
-    """Per statistics group, the honest regions' median mean plus SPREADS_SHIFT of their
+def _honest_spread(
+    updates: list[RegionUpdate], honest: list[int], network: int, spreads: float
+) -> Weights:
+    """Per statistics group, the honest regions' median mean plus `spreads` of their
     spreads (`moments.typical`, over the honest regions alone)."""
     out: Weights = []
     for k in range(network, len(updates[0].weights), MOMENT_ARRAYS):
         parts = [Moments.from_arrays(updates[h].weights[k : k + MOMENT_ARRAYS]) for h in honest]
         centre, spread, _, _ = typical(parts)
-        out.append(centre + SPREADS_SHIFT * spread)
+        out.append(centre + spreads * spread)
     return out
 
 
@@ -171,7 +177,7 @@ def _lying_statistics(
     kind, size = STATISTICS_ATTACKS[attack]
     out = list(updates)
     honest = [k for k in range(len(updates)) if k not in hostile]
-    targets = _honest_spread(updates, honest, network) if attack == "shift-5-spreads" else []
+    targets = _honest_spread(updates, honest, network, size(rnd)) if attack in IN_SPREADS else []
     for h in hostile:
         fault = FaultConfig(region=h, kind=kind, scale=size(rnd))
         sent, _ = faults.corrupt(fault, out[h].weights, 1, start, network)
