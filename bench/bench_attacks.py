@@ -1,5 +1,6 @@
-"""The attack table of docs/security.md: every attack against every robust rule, 5 and 10
-regions, 20% and 40% hostile, paired against clean FedAvg on the same test worlds.
+"""The attack table of docs/security.md: every attack against every robust rule (and the
+statistics attacks against the mean too), 5 and 10 regions, 20% and 40% hostile, paired
+against clean FedAvg on the same test worlds.
 
 Each cell trains one federation through the plain functions the Flower apps call
 (`train_region`, `aggregation.screen` with the server's own `acceptance.rule_score`,
@@ -10,6 +11,7 @@ config refuses it, and the table shows that refusal's line. Round 1's honest tra
 starts from the same weights in every cell of a size, so it is trained once per size.
 
     python bench/bench_attacks.py
+    python bench/bench_attacks.py --regions 5 --share 0.2 --rule median --attack shift-30
 
 Attacks (each hostile region, every round; the omniscient ones see the honest updates):
 sign-flip (its own update x -10), colluding (all send one identical update: -10 x the
@@ -19,8 +21,16 @@ coordinate), min-max (Shejwalkar and Houmansadr 2021: the honest mean plus gamma
 the honest standard deviation, gamma the largest that keeps it no farther from any honest
 update than the honest ones are from each other), free-rider (the global weights sent
 back), statistics (observation means of 1e200) and impersonate (its reply relabelled as
-the next region's: the server's identity check). Prints Markdown rows as they finish,
-then one JSON line.
+the next region's: the server's identity check). The statistics attacks send the region's
+honest network with lying running moments (observation and return): shift-3, shift-30
+and shift-300 add that constant to every mean, shift-5-spreads puts every mean 5 of the
+honest regions' spreads (`moments.typical`: the larger of how far their means lie apart
+and their median standard deviation) above their median, inside the 8 that are turned
+away and so pooled at the band's edge, variance-x100 multiplies every variance by 100,
+escalating adds 3, 30, 300, ... (ten times more each round) and escalating-spreads puts
+every mean 1, 3, 9, ... spreads above the honest median (pooled as sent, then at the
+band's edge, then turned away). `--attack` runs some
+only. Prints Markdown rows as they finish, then one JSON line.
 """
 
 from __future__ import annotations
@@ -33,6 +43,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,10 +59,10 @@ from fedmc_flwr.federation.acceptance import rule_score
 from fedmc_flwr.federation.aggregation import RegionUpdate, Weights, aggregate, deltas, screen
 from fedmc_flwr.federation.identity import impostor
 from fedmc_flwr.federation.server_app import initial_weights
-from fedmc_flwr.policies.moments import MOMENT_ARRAYS
+from fedmc_flwr.policies.moments import MIN_PARTS_TO_JUDGE, MOMENT_ARRAYS, Band, Moments, typical
 from fedmc_flwr.policies.ppo import STATISTICS
 
-ATTACKS = (
+NETWORK_ATTACKS = (
     "sign-flip",
     "colluding",
     "noise",
@@ -61,7 +72,25 @@ ATTACKS = (
     "statistics",
     "impersonate",
 )
-RULES = ("median", "multi-krum", "acceptance")
+IN_SPREADS = ("shift-5-spreads", "escalating-spreads")
+"""The attacks whose size is counted in the honest regions' spreads, feature by feature,
+from their median (`moments.typical`)."""
+STATISTICS_ATTACKS: dict[str, tuple[str, Callable[[int], float]]] = {
+    "shift-3": ("shift-means", lambda rnd: 3.0),
+    "shift-30": ("shift-means", lambda rnd: 30.0),
+    "shift-300": ("shift-means", lambda rnd: 300.0),
+    "shift-5-spreads": ("shift-means", lambda rnd: 5.0),
+    "variance-x100": ("scale-variance", lambda rnd: 100.0),
+    "escalating": ("shift-means", lambda rnd: 3.0 * 10 ** (rnd - 1)),
+    "escalating-spreads": ("shift-means", lambda rnd: 3.0 ** (rnd - 1)),
+}
+"""Each statistics attack: the fault kind its regions send (`faults.corrupt`, with an
+honest network) and its size in a round (for those IN_SPREADS: in spreads, per feature)."""
+ATTACKS = (*NETWORK_ATTACKS, *STATISTICS_ATTACKS)
+RULES = ("mean", "median", "multi-krum", "acceptance")
+CLAIMLESS = ("mean",)
+"""Rules that make no claim against hostile networks: run on the statistics attacks only
+(what every rule pools alike)."""
 SCALE = 10.0
 SMALL = [
     "world.nodes_per_region=3",
@@ -127,13 +156,46 @@ def _hostile_moves(attack: str, honest: np.ndarray, own: np.ndarray, f: int) -> 
     return own
 
 
+def _honest_spread(
+    updates: list[RegionUpdate], honest: list[int], network: int, spreads: float
+) -> Weights:
+    """Per statistics group, the honest regions' median mean plus `spreads` of their
+    spreads (`moments.typical`, over the honest regions alone)."""
+    out: Weights = []
+    for k in range(network, len(updates[0].weights), MOMENT_ARRAYS):
+        parts = [Moments.from_arrays(updates[h].weights[k : k + MOMENT_ARRAYS]) for h in honest]
+        centre, spread, _, _ = typical(parts)
+        out.append(centre + spreads * spread)
+    return out
+
+
+def _lying_statistics(
+    attack: str, updates: list[RegionUpdate], start: Weights, hostile: list[int], rnd: int
+) -> list[RegionUpdate]:
+    """The replies with the hostile regions' running moments replaced by the attack's."""
+    network = len(start) - len(STATISTICS) * MOMENT_ARRAYS
+    kind, size = STATISTICS_ATTACKS[attack]
+    out = list(updates)
+    honest = [k for k in range(len(updates)) if k not in hostile]
+    targets = _honest_spread(updates, honest, network, size(rnd)) if attack in IN_SPREADS else []
+    for h in hostile:
+        fault = FaultConfig(region=h, kind=kind, scale=size(rnd))
+        sent, _ = faults.corrupt(fault, out[h].weights, 1, start, network)
+        for group, target in enumerate(targets):
+            sent[network + group * MOMENT_ARRAYS + 1] = target.copy()
+        out[h] = RegionUpdate(h, sent, out[h].num_examples)
+    return out
+
+
 def attacked(
-    attack: str, updates: list[RegionUpdate], start: Weights, hostile: list[int]
+    attack: str, updates: list[RegionUpdate], start: Weights, hostile: list[int], rnd: int
 ) -> tuple[list[RegionUpdate], dict[int, str]]:
-    """The replies the server accepts for the round, and the regions its identity check
+    """The replies the server accepts for round `rnd`, and the regions its identity check
     refused (impersonation); the hostile regions' replies carry the attack."""
     if attack == "none":
         return updates, {}
+    if attack in STATISTICS_ATTACKS:
+        return _lying_statistics(attack, updates, start, hostile, rnd), {}
     network = len(start) - len(STATISTICS) * MOMENT_ARRAYS
     out = list(updates)
     if attack == "impersonate":
@@ -163,25 +225,57 @@ def attacked(
     return out, {}
 
 
+def widest(replies: list[RegionUpdate], honest: list[int], cut: int) -> np.ndarray:
+    """How far the honest replies' statistics lie from the other honest regions' (in
+    spreads of `moments.Band`): the most for the means and for the standard deviations
+    upward, over every group and feature, where a clean run needs them below
+    POOLED_SPREADS to pool exactly."""
+    means, stds = [0.0], [0.0]
+    ours = [replies[k].weights[cut:] for k in honest]
+    for k in range(0, len(ours[0]), MOMENT_ARRAYS):
+        parts = [Moments.from_arrays(w[k : k + MOMENT_ARRAYS]) for w in ours]
+        band = Band.of(parts)
+        means.append(float(np.abs(band.mean_spreads(parts)).max()))
+        logs = np.log(np.sqrt(np.stack([p.var for p in parts])) + 1e-300)
+        stds.append(float(((logs - band.log_std_centre) / band.log_std_spread).max()))
+    return np.array([max(means), max(stds)])
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One cell's federation: the final global weights, the replies turned away, and
+    the honest statistics' widest spreads (`widest`) over its rounds."""
+
+    weights: Weights
+    hostile_out: int
+    honest_out: int
+    spreads: np.ndarray
+
+
 def federate(
     cfg: ExperimentConfig, attack: str, hostile: list[int], first: list[RegionUpdate], tmp: Path
-) -> tuple[Weights, int, int]:
-    """The final global weights of one cell and the replies turned away (hostile, honest)."""
+) -> Outcome:
+    """One cell's federation (`Outcome`)."""
     statistics = len(STATISTICS)
     weights = initial_weights(cfg)
     score = rule_score(cfg)
     state = tmp / f"{cfg.federation.aggregation}-{attack}-{len(hostile)}"
     shutil.copytree(tmp / "round1", state)
     hostile_out = honest_out = 0
+    honest = [k for k in range(len(first)) if k not in hostile]
+    spreads = np.zeros(2)
     for rnd in range(1, cfg.train.rounds + 1):
         trained = first if rnd == 1 else _train(cfg, weights, rnd, state)
-        replies, refused = attacked(attack, trained, weights, hostile)
+        cut = len(weights) - statistics * MOMENT_ARRAYS
+        if len(honest) >= MIN_PARTS_TO_JUDGE:
+            spreads = np.maximum(spreads, widest(trained, honest, cut))
+        replies, refused = attacked(attack, trained, weights, hostile, rnd)
         kept, rejected = screen(replies, weights, cfg.federation, statistics, score)
         out = {**refused, **rejected}
         hostile_out += sum(1 for r in out if r in hostile and attack != "none")
         honest_out += sum(1 for r in out if r not in hostile or attack == "none")
         weights = aggregate(kept, weights, cfg.federation, statistics)
-    return weights, hostile_out, honest_out
+    return Outcome(weights, hostile_out, honest_out, spreads)
 
 
 def refusal(config: Path, overrides: list[str]) -> str | None:
@@ -197,13 +291,14 @@ def refusal(config: Path, overrides: list[str]) -> str | None:
 class Size:
     """What every cell of one estate size shares: its config, round 1's honest training
     (a folder of each region's learner state, and the updates), and clean FedAvg's
-    held-out reward per test world."""
+    held-out reward per test world, and how far its honest statistics lay apart."""
 
     config: Path
     base: list[str]
     first: list[RegionUpdate]
     reference: np.ndarray
     tmp: Path
+    spreads: np.ndarray
 
 
 def _worker_threads() -> None:
@@ -222,8 +317,8 @@ def cell(size: Size, attack: str, rule: str, f: int) -> dict:
     cfg = load_config(size.config, overrides)
     began = time.perf_counter()
     hostile = list(range(n - f, n))
-    weights, hostile_out, honest_out = federate(cfg, attack, hostile, size.first, size.tmp)
-    rewards = _per_seed(cfg, weights)
+    outcome = federate(cfg, attack, hostile, size.first, size.tmp)
+    rewards = _per_seed(cfg, outcome.weights)
     diff = rewards - size.reference
     half = 1.96 * diff.std(ddof=1) / np.sqrt(len(diff))
     return {
@@ -232,17 +327,25 @@ def cell(size: Size, attack: str, rule: str, f: int) -> dict:
         "vs_clean_pct": round(100 * diff.mean() / abs(size.reference.mean()), 1),
         "paired_diff": round(float(diff.mean()), 4),
         "ci95": round(float(half), 4),
-        "hostile_rejected": f"{hostile_out}/{f * cfg.train.rounds}",
-        "honest_rejected": f"{honest_out}/{(n - f) * cfg.train.rounds}",
+        "hostile_rejected": f"{outcome.hostile_out}/{f * cfg.train.rounds}",
+        "honest_rejected": f"{outcome.honest_out}/{(n - f) * cfg.train.rounds}",
         "clean_reward": round(float(size.reference.mean()), 4),
+        "clean_spreads": [round(float(x), 2) for x in size.spreads],
         "wall_s": round(time.perf_counter() - began, 1),
     }
 
 
 def run(
-    config: Path, sizes: list[int], shares: list[float], rules: list[str], tmp: Path, jobs: int
+    config: Path,
+    sizes: list[int],
+    shares: list[float],
+    rules: list[str],
+    attacks: list[str],
+    tmp: Path,
+    jobs: int,
 ) -> list[dict]:
-    """Every cell, `jobs` at a time (each cell on one thread: cells are independent, and
+    """Every cell of `attacks` under `rules` (the rules in CLAIMLESS under the statistics
+    attacks only), `jobs` at a time (each cell on one thread: cells are independent, and
     each is seeded on its own, so the rows do not depend on `jobs`)."""
     rows: list[dict] = []
     spawn = multiprocessing.get_context("spawn")
@@ -252,10 +355,17 @@ def run(
             clean_cfg = load_config(config, base)
             folder = tmp / f"regions-{n}"
             first = _train(clean_cfg, initial_weights(clean_cfg), 1, folder / "round1")
-            clean, _, _ = federate(clean_cfg, "none", [], first, folder)
-            size = Size(config, base, first, _per_seed(clean_cfg, clean), folder)
-            cells = [("none", rule, 0) for rule in rules]
-            cells += [(a, rule, round(s * n)) for s in shares for a in ATTACKS for rule in rules]
+            clean = federate(clean_cfg, "none", [], first, folder)
+            reference = _per_seed(clean_cfg, clean.weights)
+            size = Size(config, base, first, reference, folder, clean.spreads)
+            cells = [("none", rule, 0) for rule in rules if rule != "mean"]  # the reference
+            cells += [
+                (a, rule, round(s * n))
+                for s in shares
+                for a in attacks
+                for rule in rules
+                if rule not in CLAIMLESS or a in STATISTICS_ATTACKS
+            ]
             futures = [pool.submit(cell, size, *c) for c in cells]
             for future in futures:
                 rows.append(future.result())
@@ -287,20 +397,30 @@ def _verdict(rows: list[dict]) -> str:
 
 def tables(rows: list[dict]) -> str:
     """Per estate size and hostile count, attacks down and rules across (each cell: the
-    paired difference to clean FedAvg, then hostile / honest replies turned away), and
-    each rule's verdict against the target."""
+    paired difference to clean FedAvg, then hostile / honest replies turned away; "not
+    run" for a network attack under a rule in CLAIMLESS, and for clean 'mean', which is
+    clean FedAvg itself), and each rule's verdict against the target."""
     out = []
     for n in sorted({r["regions"] for r in rows}):
         mine = [r for r in rows if r["regions"] == n]
         clean = next(r["clean_reward"] for r in mine if "clean_reward" in r)
+        spreads = next(r["clean_spreads"] for r in mine if "clean_spreads" in r)
         rules = list(dict.fromkeys(r["rule"] for r in mine))
         for f in sorted({r["hostile"] for r in mine if r["hostile"] > 0}):
             cells = {(r["attack"], r["rule"]): r for r in mine if r["hostile"] in (0, f)}
             attacks = [a for a in ("none", *ATTACKS) if any((a, rule) in cells for rule in rules)]
-            out += [f"**{f} of {n} hostile ({100 * f / n:.0f}%)**, clean FedAvg {clean:.4f}", ""]
+            out += [
+                f"**{f} of {n} hostile ({100 * f / n:.0f}%)**, clean FedAvg {clean:.4f} (its "
+                f"regions' statistics within {spreads[0]:.2f} spreads of the others' for the "
+                f"means, {spreads[1]:.2f} for the standard deviations)",
+                "",
+            ]
             out += ["| attack | " + " | ".join(rules) + " |", "|---|" + "---|" * len(rules)]
             for attack in attacks:
-                texts = [_cell_text(cells[attack, rule]) for rule in rules]
+                texts = [
+                    _cell_text(cells[attack, rule]) if (attack, rule) in cells else "not run"
+                    for rule in rules
+                ]
                 out.append(f"| {attack} | " + " | ".join(texts) + " |")
             out.append("")
             for rule in rules:
@@ -331,6 +451,7 @@ def main() -> None:
     parser.add_argument("--regions", type=int, action="append")
     parser.add_argument("--share", type=float, action="append", help="hostile share")
     parser.add_argument("--rule", action="append", choices=RULES)
+    parser.add_argument("--attack", action="append", choices=ATTACKS, help="some attacks only")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="cells at once")
     parser.add_argument("--doc", type=Path, help="write the tables into this file's section")
     args = parser.parse_args()
@@ -339,7 +460,8 @@ def main() -> None:
     began = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-attacks-") as tmp:
         sizes, shares = args.regions or [5, 10], args.share or [0.2, 0.4]
-        rows = run(args.config, sizes, shares, args.rule or list(RULES), Path(tmp), args.jobs)
+        rules, attacks = args.rule or list(RULES), args.attack or list(ATTACKS)
+        rows = run(args.config, sizes, shares, rules, attacks, Path(tmp), args.jobs)
     wall = time.perf_counter() - began
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(tables(rows))

@@ -498,10 +498,12 @@ class FederationConfig:
     validation worlds and averages those that do not fall behind the previous global
     network; docs/security.md). The robust rules bound what a broken or hostile minority
     can do to the global model; statistics are pooled with each region's count capped."""
-    byzantine: int = 1
-    """Hostile regions per round the robust rules must hold against, refused beyond each
-    rule's breakdown point (`breakdown_point`); 'multi-krum' keeps the regions - byzantine
-    updates with the lowest Krum scores. 'mean' makes no such claim and does not read it."""
+    byzantine: int | str = "auto"
+    """Hostile regions per round the robust rules must hold against: a count, refused
+    beyond the rule's breakdown point (`breakdown_point`), or 'auto', the most that
+    breakdown point allows for the regions that reply in each round (the operator rarely
+    knows how many attackers there are). 'multi-krum' keeps the regions - byzantine updates
+    with the lowest Krum scores. 'mean' makes no such claim and does not read it."""
     trim_fraction: float = 0.2
     """Share of regions cut at each end per coordinate by 'trimmed-mean' (at least one
     region must be cut: trim_fraction * regions >= 1)."""
@@ -509,9 +511,10 @@ class FederationConfig:
     """'acceptance': validation worlds per region the server scores each candidate on."""
     acceptance_steps: int = 500
     """'acceptance': jobs each of those worlds runs per score."""
-    acceptance_tolerance: float = 0.05
+    acceptance_tolerance: float = 0.1
     """'acceptance': a region's network is kept when its mean reward on the server's worlds
-    is at least the previous global network's less this share of that reward's size."""
+    is at least the better of the previous global network's and the candidates' lower
+    median less this share of that reward's size (docs/security.md)."""
     clip: float = 0.0
     """Clip each region's update (its change of the network weights this round) to at most
     `clip` times the round's median update norm before combining; 0 turns clipping off."""
@@ -595,6 +598,8 @@ class FaultConfig:
             "sign-flip",
             "free-rider",
             "statistics",
+            "shift-means",
+            "scale-variance",
             "impersonate",
         ),
         "raise",
@@ -604,10 +609,13 @@ class FaultConfig:
     absurd environment-step count), 'scale' (its update multiplied by `scale`),
     'sign-flip' (its update multiplied by -|scale|), 'free-rider' (it sends the round's
     global weights back as its own), 'statistics' (its moments claim a million times
-    their sample count and a variance of 0) or 'impersonate' (its reply names the next
+    their sample count and a variance of 0), 'shift-means' (`scale` added to every mean
+    of its moments, its network honest), 'scale-variance' (every variance of its moments
+    multiplied by `scale`, its network honest) or 'impersonate' (its reply names the next
     region as its own)."""
     scale: float = 1000.0
-    """Factor on the region's update for kinds 'scale' and 'sign-flip'."""
+    """Factor on the region's update for kinds 'scale' and 'sign-flip'; the shift of
+    'shift-means'; the factor on the variances of 'scale-variance' (at least 0)."""
 
 
 @dataclass
@@ -707,7 +715,10 @@ _RANGES: dict[str, _Check] = {
     "federation.mu": (_unit_half_open, "a number in [0, 1)"),
     "federation.proximal_mu": (_non_negative, "a number >= 0"),
     "federation.trim_fraction": (lambda v: 0 < v < 0.5, "a number in (0, 0.5)"),
-    "federation.byzantine": (lambda v: v >= 0, "an integer >= 0"),
+    "federation.byzantine": (
+        lambda v: v == "auto" or (type(v) is int and v >= 0),
+        "'auto' or an integer >= 0",
+    ),
     "federation.acceptance_worlds": (lambda v: v >= 2, "an integer >= 2"),
     "federation.acceptance_steps": (_positive, "an integer > 0"),
     "federation.acceptance_tolerance": (_non_negative, "a number >= 0"),
@@ -822,7 +833,12 @@ def _check_federation(cfg: DictConfig, source: str) -> None:
     most = breakdown_point(
         federation.aggregation, regions, federation.trim_fraction, federation.min_regions
     )
-    if BREAKDOWN_POINTS[federation.aggregation] is not None and federation.byzantine > most:
+    counted = federation.byzantine != "auto"
+    if (
+        counted
+        and BREAKDOWN_POINTS[federation.aggregation] is not None
+        and federation.byzantine > most
+    ):
         raise ConfigError(
             f"{source}: federation.byzantine = {federation.byzantine} is not allowed with "
             f"aggregation {federation.aggregation!r} and {regions} regions; expected at most "
@@ -841,6 +857,11 @@ def _check_federation(cfg: DictConfig, source: str) -> None:
         if not math.isfinite(fault.scale):
             raise ConfigError(
                 f"{where}.scale = {fault.scale} is not allowed; expected a finite number"
+            )
+        if fault.kind == "scale-variance" and fault.scale < 0:
+            raise ConfigError(
+                f"{where}.scale = {fault.scale} is not allowed with kind 'scale-variance'; "
+                "expected a number >= 0 (a factor on variances)"
             )
 
 

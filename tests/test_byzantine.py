@@ -202,7 +202,9 @@ def test_one_regions_moments_cannot_ruin_the_pooled_normaliser() -> None:
     np.testing.assert_allclose(exact_honest[2], clean.var, rtol=1e-12)
 
 
-@pytest.mark.parametrize("kind", ["sign-flip", "free-rider", "statistics"])
+@pytest.mark.parametrize(
+    "kind", ["sign-flip", "free-rider", "statistics", "shift-means", "scale-variance"]
+)
 def test_hostile_faults_send_what_they_claim(kind: str) -> None:
     start = [np.zeros(2, np.float32), np.array([5.0]), np.zeros(3), np.ones(3)]
     update = [np.full(2, 0.5, np.float32), np.array([7.0]), np.full(3, 2.0), np.full(3, 4.0)]
@@ -213,6 +215,14 @@ def test_hostile_faults_send_what_they_claim(kind: str) -> None:
         assert all(np.array_equal(a, b) for a, b in zip(sent[1:], update[1:], strict=True))
     elif kind == "free-rider":
         assert all(np.array_equal(a, b) for a, b in zip(sent, start, strict=True))
+    elif kind == "shift-means":
+        np.testing.assert_array_equal(sent[0], update[0])
+        np.testing.assert_array_equal(sent[2], 12.0)
+        assert sent[1][0] == 7.0 and np.array_equal(sent[3], update[3])
+    elif kind == "scale-variance":
+        np.testing.assert_array_equal(sent[0], update[0])
+        np.testing.assert_array_equal(sent[3], 40.0)
+        assert sent[1][0] == 7.0 and np.array_equal(sent[2], update[2])
     else:
         np.testing.assert_array_equal(sent[0], update[0])
         assert sent[1][0] == 7.0 * faults.POISON_COUNT_FACTOR
@@ -244,5 +254,7 @@ def test_multi_krum_needs_regions_at_least_twice_the_hostile_plus_three() -> Non
     assert cfg.federation.byzantine == 0
     with pytest.raises(ConfigError, match=r"federation\.byzantine = 1 .* expected at most 0"):
         load_config(small_demo, [*krum, "federation.byzantine=1"])  # 3 regions < 2 x 1 + 3
-    for kind in ("sign-flip", "free-rider", "statistics"):
+    for kind in ("sign-flip", "free-rider", "statistics", "shift-means", "scale-variance"):
         load_config(small_demo, [f"faults=[{{kind: {kind}, region: 1, round: 1}}]"])
+    with pytest.raises(ConfigError, match=r"faults\[0\]\.scale = -2.0 .* expected a number >= 0"):
+        load_config(small_demo, ["faults=[{kind: scale-variance, region: 1, round: 1, scale: -2}]"])

@@ -13,7 +13,13 @@ from conftest import TINY
 
 from fedmc_flwr.config import ConfigError, FederationConfig, breakdown_point, load_config
 from fedmc_flwr.federation.acceptance import server_score
-from fedmc_flwr.federation.aggregation import RegionUpdate, aggregate, multi_krum, screen
+from fedmc_flwr.federation.aggregation import (
+    RegionUpdate,
+    aggregate,
+    hostile_assumed,
+    multi_krum,
+    screen,
+)
 from fedmc_flwr.federation.server_app import initial_weights
 
 SMALL_DEMO = Path(__file__).resolve().parents[1] / "conf" / "small_demo.yaml"
@@ -49,6 +55,44 @@ def test_a_setting_beyond_the_rules_breakdown_point_is_refused_in_one_line(
     assert len(message.splitlines()) == 1
     assert f"federation.byzantine = {most + 1} is not allowed with aggregation {rule!r}" in message
     assert f"expected at most {most}, its breakdown point" in message
+
+
+@pytest.mark.parametrize(
+    ("rule", "regions", "most"),
+    [
+        ("median", 3, 0),
+        ("median", 5, 1),
+        ("median", 10, 2),
+        ("trimmed-mean", 10, 2),
+        ("multi-krum", 3, 0),
+        ("multi-krum", 5, 1),
+        ("multi-krum", 10, 3),
+        ("acceptance", 5, 4),
+        ("mean", 10, 0),
+    ],
+)
+def test_byzantine_auto_is_the_rules_breakdown_point_for_the_rounds_regions(
+    rule: str, regions: int, most: int
+) -> None:
+    cfg = load_config(SMALL_DEMO, [f"world.regions={regions}", f"federation.aggregation={rule}"])
+    assert cfg.federation.byzantine == "auto"  # the default, never refused
+    assert hostile_assumed(cfg.federation, regions) == most
+    counted = load_config(SMALL_DEMO, [f"world.regions={regions}", "federation.byzantine=0"])
+    assert hostile_assumed(counted.federation, regions) == 0  # a count is read as given
+
+
+def test_byzantine_auto_counts_the_regions_that_replied() -> None:
+    """Two identical copies among seven replies: 'auto' assumes two hostile regions and
+    Multi-Krum keeps both out; among five replies (two regions late) it may assume one
+    only, and says so (the copies, beyond that breakdown point, are kept)."""
+    federation = FederationConfig(aggregation="multi-krum")
+    updates, previous = _colluding(7, 2)
+    kept, rejected = screen(updates, previous, federation, statistics=0)
+    assert sorted(rejected) == [5, 6] and len(kept) == 5
+    assert "federation.byzantine auto = 2" in rejected[5]
+    _, rejected = screen(updates[2:], previous, federation, statistics=0)
+    (why,) = rejected.values()
+    assert "federation.byzantine auto = 1" in why
 
 
 def _toy_score(weights: list[np.ndarray]) -> float:

@@ -2,9 +2,10 @@
 
 `check_update` rejects malformed updates, `by_region` fixes the order of the survivors
 (float sums depend on order; replies arrive in any order), `screen` turns away the
-well-formed updates that must not count (impossible or absurd statistics; for
-'multi-krum' free riders and the updates farthest from the others; for 'acceptance' the
-networks the server's own worlds judge worse than the previous global one), and
+well-formed updates that must not count (impossible or absurd statistics, and
+statistics far from what the other regions of the round report; for 'multi-krum' free
+riders and the updates farthest from the others; for 'acceptance' the networks the
+server's own worlds judge worse than the previous global one), and
 `aggregate` builds the next global weights from the rest:
 
 1. optionally clips each region's update (its change of the network weights this round)
@@ -19,7 +20,9 @@ networks the server's own worlds judge worse than the previous global one), and
    region's moments of this round, between-region spread included (`policies/moments.py`),
    each region's sample count capped at what the round's (lower) median region reports
    per environment step (`capped_counts`), so one region's claim cannot outweigh the
-   others.
+   others, and its means and standard deviations held within what the other regions
+   report (`moments.bounded`), so one region cannot move the pooled moments by more than
+   its share of the honest regions' own spread.
 
 Sums run in float64 and every array keeps its own dtype (float32 network weights, float64
 moments), so one round's result does not depend on how many virtual clients served the
@@ -36,8 +39,16 @@ import numpy as np
 from flwr.common import Scalar
 from scipy.stats import trim_mean
 
-from fedmc_flwr.config import FederationConfig
-from fedmc_flwr.policies.moments import MOMENT_ARRAYS, Moments, absurd, pool
+from fedmc_flwr.config import FederationConfig, breakdown_point
+from fedmc_flwr.policies.moments import (
+    MOMENT_ARRAYS,
+    Moments,
+    absurd,
+    bounded,
+    centre,
+    outliers,
+    pool,
+)
 
 Weights = list[np.ndarray]
 Score = Callable[[Weights], float]
@@ -203,17 +214,53 @@ def moment_groups(
         yield k // MOMENT_ARRAYS, Moments.from_arrays(previous[k : k + MOMENT_ARRAYS]), parts
 
 
-def absurd_statistics(
+StatisticsJudge = Callable[[list[Moments], Moments], dict[int, str]]
+"""(the regions' moments of one group, the global ones) -> index -> why it is turned away."""
+
+
+def _outliers(parts: list[Moments], _: Moments) -> dict[int, str]:
+    """`moments.outliers`: judged against the other regions of the round only."""
+    return outliers(parts)
+
+
+STATISTICS_JUDGES: tuple[StatisticsJudge, ...] = (absurd, _outliers)
+"""In order: finite moments too large to pool without overflow (`moments.absurd`), then,
+among the rest, moments far from what the other regions of the round report
+(`moments.outliers`)."""
+
+
+def suspect_statistics(
     updates: Sequence[RegionUpdate], previous: Sequence[np.ndarray], cut: int
 ) -> dict[int, str]:
-    """Region -> why its running moments (from array `cut` on) are finite but absurd
-    (`moments.absurd`, group by group against the global moments in `previous`)."""
+    """Region -> why its running moments (from array `cut` on) are turned away, group by
+    group, by each of STATISTICS_JUDGES in turn (a region one judge turned away is not
+    among those the next one compares)."""
     out: dict[int, str] = {}
-    for group, reference, parts in moment_groups(
-        previous[cut:], [u.weights[cut:] for u in updates]
-    ):
-        for index, why in absurd(parts, reference).items():
-            out.setdefault(updates[index].region, f"statistics group {group}: {why}")
+    for judge in STATISTICS_JUDGES:
+        left = [u for u in updates if u.region not in out]
+        for group, reference, parts in moment_groups(
+            previous[cut:], [u.weights[cut:] for u in left]
+        ):
+            for index, why in judge(parts, reference).items():
+                out.setdefault(left[index].region, f"statistics group {group}: {why}")
+    return out
+
+
+def scoring_statistics(
+    previous: Sequence[np.ndarray],
+    fresh: Sequence[Sequence[np.ndarray]],
+    steps: Sequence[int],
+) -> Weights:
+    """The running moments 'acceptance' judges candidates under: the global ones plus,
+    per group, the regions' `moments.centre` (per feature the median of their means and
+    of their variances about it, at their capped counts), which one region of three or
+    more cannot move outside what the others report. Candidates and the previous network
+    are judged under the same moments, so none gains by what its own region claims."""
+    out: Weights = []
+    for _, reference, parts in moment_groups(previous, fresh):
+        counts = capped_counts(np.array([p.count for p in parts]), np.asarray(steps))
+        capped = [Moments(c, p.mean, p.var) for c, p in zip(counts, parts, strict=True)]
+        out += pool([reference, centre(capped)]).arrays()
     return out
 
 
@@ -225,20 +272,35 @@ def accepted(
     score: Score,
 ) -> tuple[list[RegionUpdate], dict[int, str]]:
     """The 'acceptance' rule's choice: each region's network scored by the server on its
-    own worlds, with the statistics this round would pool (arrays from `cut` on are
-    statistics), beside the previous global network with the same statistics; a network
-    whose score falls more than `tolerance` (`federation.acceptance_tolerance`) of its
-    size below the better of the previous network's and the best candidate's is turned
-    away. Each is judged on its own merit, so copies of a hostile update do not vouch for
-    each other, and only a network that does better on the server's worlds raises the
-    bar."""
-    pooled = pool_statistics(
+    own worlds, beside the previous global network, all under the same
+    `scoring_statistics` (arrays from `cut` on are statistics). The bar is the better of
+    the previous network's score and the candidates' lower median score, less
+    `tolerance` (`federation.acceptance_tolerance`) of its size: a hostile minority can
+    neither lift the median above the honest candidates nor lower the bar below the
+    previous network, and an honest region is turned away only if its round did markedly
+    worse than the better of the two. Each network is judged on its own merit, so copies
+    of a hostile update do not vouch for each other. When every candidate falls below the
+    bar (the previous network better than all), those within `tolerance` of the best
+    candidate are kept: the rule never turns every region away at once."""
+    statistics = scoring_statistics(
         previous[cut:], [u.weights[cut:] for u in updates], [u.num_examples for u in updates]
     )
-    reference = score([*previous[:cut], *pooled])
-    scores = [score([*update.weights[:cut], *pooled]) for update in updates]
-    best = max(reference, *scores)
-    floor = best - tolerance * abs(best)
+    reference = score([*previous[:cut], *statistics])
+    scores = [score([*update.weights[:cut], *statistics]) for update in updates]
+    middle = sorted(scores)[(len(scores) - 1) // 2]
+    bar = max(reference, middle)
+    floor = bar - tolerance * abs(bar)
+    why = (
+        f"the better of the previous global network's {reference:.4g} and the candidates' "
+        f"lower median {middle:.4g}"
+    )
+    if max(scores) < floor:
+        best = max(scores)
+        floor = best - tolerance * abs(best)
+        why = (
+            f"every candidate fell below the previous global network's {reference:.4g}: "
+            f"the best candidate's {best:.4g}"
+        )
     kept, rejected = [], {}
     for update, mine in zip(updates, scores, strict=True):
         if mine >= floor:
@@ -246,8 +308,7 @@ def accepted(
         else:
             rejected[update.region] = (
                 f"server check: reward {mine:.4g} on the server's worlds, below {floor:.4g} "
-                f"(the best of the previous global network's {reference:.4g} and the "
-                f"candidates', less federation.acceptance_tolerance {tolerance:g} of it)"
+                f"({why}, less federation.acceptance_tolerance {tolerance:g} of it)"
             )
     return kept, rejected
 
@@ -262,8 +323,10 @@ class Screening:
     """Arrays before `cut` are the network; from `cut` on, running moments."""
     federation: FederationConfig
     found: int
-    """Hostile regions already turned away this round (absurd statistics, free riders):
+    """Hostile regions already turned away this round (suspect statistics, free riders):
     each counts as one of `federation.byzantine`."""
+    regions: int
+    """Regions that replied this round: what `federation.byzantine: auto` is read for."""
     score: Score | None
     """The server's judgement of a set of global weights, for rules that need it."""
 
@@ -272,19 +335,32 @@ Selection = tuple[list[RegionUpdate], dict[int, str]]
 """The updates kept, in region order, and region -> why each other was turned away."""
 
 
+def hostile_assumed(federation: FederationConfig, regions: int) -> int:
+    """`federation.byzantine` as a count: 'auto' is the most hostile regions the rule's
+    breakdown point allows among the `regions` that replied this round
+    (`config.breakdown_point`), so an operator who does not know how many attackers there
+    are gets the most protection the rule offers for the round's federation."""
+    if federation.byzantine != "auto":
+        return int(federation.byzantine)
+    return breakdown_point(
+        federation.aggregation, regions, federation.trim_fraction, federation.min_regions
+    )
+
+
 def krum_selection(kept: list[RegionUpdate], screening: Screening) -> Selection:
     """'multi-krum': the updates nearest to the others (`multi_krum`, on the networks'
     updates only), for the hostile regions not yet found."""
     moves = deltas([u.weights[: screening.cut] for u in kept], screening.previous[: screening.cut])
     flat = np.stack([np.concatenate([d.ravel() for d in move]) for move in moves])
-    byzantine = screening.federation.byzantine
+    byzantine = hostile_assumed(screening.federation, screening.regions)
+    auto = f" = {byzantine}" if screening.federation.byzantine == "auto" else ""
     chosen, scores = multi_krum(flat, max(0, byzantine - screening.found))
     worst_kept = float(max(scores[chosen]))
     rejected = {
         update.region: (
             f"multi-krum: score {scores[k]:.3g} above the {len(chosen)} kept of "
             f"{len(kept)} (highest kept {worst_kept:.3g}, federation.byzantine "
-            f"{byzantine}, hostile already found {screening.found})"
+            f"{screening.federation.byzantine}{auto}, hostile already found {screening.found})"
         )
         for k, update in enumerate(kept)
         if k not in chosen
@@ -359,7 +435,8 @@ def screen(
     turned away.
 
     Statistics with a negative count or variance are always turned away, and so are
-    finite but absurd ones (`absurd_statistics`: a scale far beyond the round's). For a
+    suspect ones (`suspect_statistics`: a scale far beyond the round's, or, with three
+    regions or more, moments far from the other regions'). For a
     rule that selects (`Rule.select`), free riders go next (`free_riders`), then the
     rule's own selection; each region turned away before it counts as one of the
     `federation.byzantine` hostile regions. A turned-away region's moments are not
@@ -374,11 +451,11 @@ def screen(
             kept.append(update)
         else:
             rejected[update.region] = f"rejected update: {problem}"
-    absurd_ones: dict[int, str] = {}
+    suspects: dict[int, str] = {}
     if kept:
-        absurd_ones = absurd_statistics(kept, previous, cut)
-        rejected |= {region: f"rejected update: {why}" for region, why in absurd_ones.items()}
-        kept = [u for u in kept if u.region not in absurd_ones]
+        suspects = suspect_statistics(kept, previous, cut)
+        rejected |= {region: f"rejected update: {why}" for region, why in suspects.items()}
+        kept = [u for u in kept if u.region not in suspects]
     select = AGGREGATIONS[federation.aggregation].select
     if select is None or not kept:
         return kept, dict(sorted(rejected.items()))
@@ -392,8 +469,9 @@ def screen(
         )
     kept = [u for k, u in enumerate(kept) if k not in riders]
     if kept:
-        found = len(riders) + len(absurd_ones)
-        kept, judged = select(kept, Screening(previous, cut, federation, found, score))
+        found = len(riders) + len(suspects)
+        screening = Screening(previous, cut, federation, found, len(updates), score)
+        kept, judged = select(kept, screening)
         rejected |= judged
     return kept, dict(sorted(rejected.items()))
 
@@ -427,12 +505,16 @@ def pool_statistics(
 ) -> Weights:
     """Running moments (`[count, mean, var]` groups) pooled: the global ones plus what each
     region saw this round in `steps` environment steps, with the between-region spread
-    (never a plain average) and each count capped (`capped_counts`)."""
+    (never a plain average), each count capped (`capped_counts`) and, with three regions
+    or more, each region's means and standard deviations held within what the other
+    regions of the round report (`moments.bounded`; every honest region of a clean run
+    lies inside, and pools exactly). The global moments are only ever added to, by rounds
+    each bounded so, so an attacker who shifts further every round cannot ratchet them."""
     out: Weights = []
     for _, reference, parts in moment_groups(previous, fresh):
         counts = capped_counts(np.array([p.count for p in parts]), np.asarray(steps))
         capped = [Moments(c, p.mean, p.var) for c, p in zip(counts, parts, strict=True)]
-        out += pool([reference, *capped]).arrays()
+        out += pool([reference, *bounded(capped)]).arrays()
     return out
 
 

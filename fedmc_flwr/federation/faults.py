@@ -6,8 +6,10 @@ another model version (`shape`), a client that lies about its data (`examples`),
 poisoned or exploding update (`scale`), an attacker that pushes against the others
 (`sign-flip`: its update reversed and multiplied by `scale`), a free rider that trains
 nothing and sends the round's global weights back (`free-rider`) and one that poisons the
-pooled normalisers with a huge sample count and a variance of 0 (`statistics`), and an
-impostor that sends its update as the next region's (`impersonate`). The
+pooled normalisers with a huge sample count and a variance of 0 (`statistics`), one
+that sends an honest network with its data's means shifted (`shift-means`) or its
+variances scaled (`scale-variance`), and an impostor that sends its update as the next
+region's (`impersonate`). The
 server never sees the config's fault list as such: it only sees the reply, exactly as it
 would from a broken or hostile client.
 """
@@ -82,4 +84,10 @@ def corrupt(
         for k in range(network_arrays, len(update), MOMENT_ARRAYS):
             update[k] = update[k] * POISON_COUNT_FACTOR
             update[k + 2] = np.zeros_like(update[k + 2])
+    elif fault.kind == "shift-means":
+        for k in range(network_arrays, len(update), MOMENT_ARRAYS):
+            update[k + 1] = update[k + 1] + fault.scale
+    elif fault.kind == "scale-variance":
+        for k in range(network_arrays, len(update), MOMENT_ARRAYS):
+            update[k + 2] = update[k + 2] * fault.scale
     return update, steps

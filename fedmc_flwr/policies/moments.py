@@ -159,3 +159,145 @@ def absurd(parts: Sequence[Moments], reference: Moments) -> dict[int, str]:
                 f"round's typical {max(typical[d], 1.0):.3g}"
             )
     return out
+
+
+# --- what the other regions say: one region's statistics judged against theirs ------------
+
+MIN_PARTS_TO_JUDGE = 3
+"""Regions a round needs before any is judged against the others: with two, nothing tells
+which of them is the odd one."""
+POOLED_SPREADS = 2.0
+"""How far from the other regions' median (in their spreads, `Band`) a region's mean, and
+its standard deviation upward, is pooled as sent; beyond, it is pooled at that edge
+(`bounded`). The honest regions of the attack table's clean federations
+(`bench/bench_attacks.py`, 5 and 10 regions) lay within 1.04 and 1.34 spreads of the
+others' median on every feature for the mean, 1.67 and 1.38 for the standard deviation
+(docs/security.md), so a clean run pools exactly."""
+REJECTED_SPREADS = 8.0
+"""Beyond this many spreads the region's statistics are turned away (`outliers`): far
+beyond any honest difference measured, so that a region whose workload differs from the
+others' is pooled at the band's edge rather than dropped."""
+LOG_STD_SPREAD_FLOOR = 0.5
+"""The least spread of the log standard deviations: the other regions may agree exactly
+(static features), and a standard deviation up to e (2.7) times the others' median is
+then pooled as sent."""
+MAD_TO_STD = 1.4826
+"""The median absolute deviation of a normal sample times this estimates its std."""
+
+
+def _floor(parts: Sequence[Moments]) -> np.ndarray:
+    """Per feature, a millionth of its typical size: a feature constant everywhere has no
+    spread at all, and this keeps a band of it finite, far below any honest difference."""
+    return 1e-6 * np.median(np.stack([scale(p) for p in parts]), axis=0) + 1e-300
+
+
+def typical(
+    parts: Sequence[Moments], floor: np.ndarray | float = 0.0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per feature, what `parts` say together: the median of their means and its spread
+    (the larger of how far their means lie apart, as a scaled median absolute deviation,
+    and their median standard deviation, so that parts which agree closely still leave
+    room for sampling noise), and the median of the log of their standard deviations
+    (each at least `floor`) and its spread (at least LOG_STD_SPREAD_FLOOR)."""
+    means = np.stack([p.mean for p in parts])
+    stds = np.sqrt(np.stack([p.var for p in parts]))
+    centre = np.median(means, axis=0)
+    between = MAD_TO_STD * np.median(np.abs(means - centre), axis=0)
+    spread = np.maximum(np.maximum(between, np.median(stds, axis=0)), floor)
+    logs = np.log(np.maximum(stds, floor))
+    log_centre = np.median(logs, axis=0)
+    log_spread = MAD_TO_STD * np.median(np.abs(logs - log_centre), axis=0)
+    return centre, spread, log_centre, np.maximum(log_spread, LOG_STD_SPREAD_FLOOR)
+
+
+@dataclass(frozen=True)
+class Band:
+    """Per region and feature (`[n, dim]` each), what the OTHER regions of the round say
+    (`typical`). A region's own figures never enter its band, so an attacker cannot
+    widen its own, and it cannot widen an honest region's beyond the honest regions'
+    spread while it is one of several others."""
+
+    centre: np.ndarray
+    spread: np.ndarray
+    log_std_centre: np.ndarray
+    log_std_spread: np.ndarray
+
+    @classmethod
+    def of(cls, parts: Sequence[Moments]) -> Band:
+        floor = _floor(parts)
+        rows = [typical([*parts[:k], *parts[k + 1 :]], floor) for k in range(len(parts))]
+        return cls(*(np.stack(column) for column in zip(*rows, strict=True)))
+
+    def mean_spreads(self, parts: Sequence[Moments]) -> np.ndarray:
+        """How many spreads each part's mean lies from the others' median (signed)."""
+        return (np.stack([p.mean for p in parts]) - self.centre) / self.spread
+
+    def std_limit(self, spreads: float) -> np.ndarray:
+        """The standard deviation `spreads` log-spreads above the others' median."""
+        return np.exp(self.log_std_centre + spreads * self.log_std_spread)
+
+
+def outliers(parts: Sequence[Moments]) -> dict[int, str]:
+    """The parts whose mean lies more than REJECTED_SPREADS spreads from the other parts'
+    median on some feature, or whose standard deviation lies that many log-spreads above
+    theirs (`Band`), each with the feature and the figures; none with fewer than
+    MIN_PARTS_TO_JUDGE parts. A smaller standard deviation is no outlier: it can shrink the
+    pooled variance by the part's share at most."""
+    if len(parts) < MIN_PARTS_TO_JUDGE:
+        return {}
+    band = Band.of(parts)
+    shifts = np.abs(band.mean_spreads(parts))
+    limits = band.std_limit(REJECTED_SPREADS)
+    out = {}
+    for k, part in enumerate(parts):
+        std = np.sqrt(part.var)
+        if np.any(shifts[k] > REJECTED_SPREADS):
+            d = int(np.argmax(shifts[k]))
+            out[k] = (
+                f"feature {d} has mean {part.mean[d]:.4g}, {shifts[k][d]:.3g} spreads from the "
+                f"other regions' median {band.centre[k][d]:.4g} (spread {band.spread[k][d]:.3g}; "
+                f"at most {REJECTED_SPREADS:g} allowed)"
+            )
+        elif np.any(std > limits[k]):
+            d = int(np.argmax(std / limits[k]))
+            out[k] = (
+                f"feature {d} has standard deviation {std[d]:.4g}, "
+                f"{std[d] / np.exp(band.log_std_centre[k][d]):.3g} times the other regions' "
+                f"median {np.exp(band.log_std_centre[k][d]):.4g} (at most "
+                f"{limits[k][d] / np.exp(band.log_std_centre[k][d]):.3g} times allowed)"
+            )
+    return out
+
+
+def bounded(parts: Sequence[Moments]) -> list[Moments]:
+    """Each part with its mean held within POOLED_SPREADS spreads of the other parts'
+    median and its standard deviation at most POOLED_SPREADS log-spreads above theirs
+    (`Band`); parts inside that band, as every honest region of a clean run, are returned
+    as they are, so they pool exactly. One part of n can then move the pooled mean by at
+    most its share of POOLED_SPREADS spreads of the others, and the pooled variance
+    accordingly, however far it lies and in however many rounds; fewer than
+    MIN_PARTS_TO_JUDGE parts are returned as they are."""
+    if len(parts) < MIN_PARTS_TO_JUDGE:
+        return list(parts)
+    band = Band.of(parts)
+    low = band.centre - POOLED_SPREADS * band.spread
+    high = band.centre + POOLED_SPREADS * band.spread
+    std_high = band.std_limit(POOLED_SPREADS)
+    out = []
+    for k, part in enumerate(parts):
+        mean = np.clip(part.mean, low[k], high[k])
+        var = np.minimum(part.var, std_high[k] ** 2)
+        inside = np.array_equal(mean, part.mean) and np.array_equal(var, part.var)
+        out.append(part if inside else Moments(part.count, mean, var))
+    return out
+
+
+def centre(parts: Sequence[Moments]) -> Moments:
+    """Per feature, the median of the parts' means, and the median of their variances
+    about it (each part's variance plus its mean's squared distance from that median), at
+    the parts' total count: moments that one part of three or more cannot move outside
+    what the others report, whatever it sends."""
+    means = np.stack([p.mean for p in parts])
+    middle = np.median(means, axis=0)
+    spread = np.stack([p.var for p in parts]) + (means - middle) ** 2
+    return Moments(float(sum(p.count for p in parts)), middle, np.median(spread, axis=0))
