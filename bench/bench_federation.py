@@ -30,9 +30,10 @@ from pathlib import Path
 import numpy as np
 
 from fedmc_flwr.config import ExperimentConfig, load_config
+from fedmc_flwr.federation.aggregation import RegionUpdate, aggregate
 from fedmc_flwr.federation.client_app import evaluate_region, train_region
 from fedmc_flwr.federation.server_app import initial_weights
-from fedmc_flwr.federation.strategy import RegionUpdate, aggregate
+from fedmc_flwr.policies.ppo import STATISTICS
 
 TARGET_RATIO = 1.3
 
@@ -80,7 +81,7 @@ def local_round_seconds(cfg: ExperimentConfig, state_dir: Path) -> list[float]:
         for region in range(cfg.world.regions):
             trained, stats = train_region(cfg, region, weights, rnd, state_dir)
             updates.append(RegionUpdate(region, trained, int(stats["env_steps"])))
-        weights = aggregate(updates, weights, cfg.federation)
+        weights = aggregate(updates, weights, cfg.federation, len(STATISTICS))
         for region in range(cfg.world.regions):
             evaluate_region(cfg, region, weights)
         seconds.append(time.perf_counter() - start)
