@@ -26,6 +26,7 @@ compiles the simulator's and the acting path's kernels once (`sim.world.warm_cac
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -144,10 +145,30 @@ def node_joins(cfg: ExperimentConfig, nodes: int) -> list[int]:
     ]
 
 
+def ray_cpus(nodes: int, cores: int) -> int:
+    """How many CPUs Ray is told this machine has, so how many virtual clients train at
+    once (each asks one; Flower makes one actor per CPU): the cores, unless the nodes do
+    not share out evenly over them; then the fewest actors over which they do, at most
+    one per node. Evenly: every wave of clients but a last one of at least `cores` fills
+    the actors. Why: 3 regions on 2 cores, two at a time, take two regions' time a round
+    with one core idle for half of it; three at once share both cores and take 1.5. A
+    region's result does not depend on which actor runs it, or beside how many."""
+    if nodes <= cores:
+        return cores
+    return next(a for a in range(cores, nodes + 1) if nodes % a == 0 or nodes % a >= cores)
+
+
+def machine_cores() -> int:
+    """The cores this process may run on (what Ray counts on a machine of its own)."""
+    return len(os.sched_getaffinity(0))
+
+
 @dataclass(frozen=True)
 class SimulationEngine:
     """Flower's simulation engine: virtual clients in Ray, one CPU each, on this machine,
-    so every virtual node keeps its regions' learners in the experiment's `clients/`."""
+    so every virtual node keeps its regions' learners in the experiment's `clients/`.
+    Ray counts `ray_cpus` CPUs, unless `RAY_ADDRESS` names a cluster of someone's own,
+    whose nodes say how many CPUs they have."""
 
     supernodes: int
 
@@ -155,7 +176,10 @@ class SimulationEngine:
         return f"{self.supernodes} virtual clients"
 
     def federation_config(self) -> str | None:
-        return f"num-supernodes={self.supernodes} client-resources-num-cpus=1"
+        clients = f"num-supernodes={self.supernodes} client-resources-num-cpus=1"
+        if os.environ.get("RAY_ADDRESS"):
+            return clients  # Ray refuses a CPU count when it joins a running cluster
+        return f"{clients} init-args-num-cpus={ray_cpus(self.supernodes, machine_cores())}"
 
     def client_state_dir(self, out: Path) -> str:
         return str(out / "clients")
