@@ -78,3 +78,13 @@ def test_a_tie_with_local_that_centralised_beats_blames_the_averaging() -> None:
     assert "FedAvg ties its local learners, +0.0000 ± 0.0030" in line
     assert "centralised PPO, trained on the same experience pooled, beats FedAvg" in line
     assert "no cost of averaging" not in line
+
+
+def test_a_loss_to_local_that_centralised_shares_is_not_blamed_on_the_regions() -> None:
+    """Local-only and centralised PPO both beat FedAvg: one policy for every region does
+    better than the average, so the regions' differences are not the reason."""
+    both = why_it_does_not_pay([_gain("small", "ppo-fedavg", -0.04, centralised=-0.05)])
+    assert "and so does centralised PPO on the same experience pooled, -0.0500" in both
+    assert "the shortfall is the averaging's" in both and "want different" not in both
+    alone = why_it_does_not_pay([_gain("busy", "ppo-fedavg", -0.006, centralised=0.0)])
+    assert "its regions want different policies" in alone

@@ -322,12 +322,19 @@ def _why_not(rows: Sequence[Gain]) -> tuple[str, bool] | None:
             f"by the last round its local learner has caught up, {versus_local}"
             f"{_race_words(fedavg)}"
         )
+    elif fedavg.versus_local.verdict() == "worse" and _worse(fedavg.versus_centralised):
+        cause = (
+            f"its local learners beat FedAvg, {versus_local}, and so does centralised PPO on "
+            f"the same experience pooled, {_difference(fedavg.versus_centralised)}: one "
+            "policy for every region does better, so the shortfall is the averaging's, not "
+            "the regions' differences"
+        )
     elif fedavg.versus_local.verdict() == "worse":
         cause = (
             f"its local learners beat FedAvg, {versus_local}: its regions want different "
             "policies, and averaging pulls them toward one"
         )
-    elif fedavg.versus_centralised is not None and fedavg.versus_centralised.verdict() == "worse":
+    elif _worse(fedavg.versus_centralised):
         cause = (
             f"FedAvg ties its local learners, {versus_local}, while centralised PPO, trained "
             "on the same experience pooled, beats FedAvg, "
@@ -343,6 +350,11 @@ def _why_not(rows: Sequence[Gain]) -> tuple[str, bool] | None:
     others = [f"`{g.variant}` {_difference(g.versus_local)}" for g in rows if g is not fedavg]
     also = f" Against local-only, {'; '.join(others)}." if others else ""
     return f"- `{fedavg.setting}` ({fedavg.scope}): {cause}.{also}", tie
+
+
+def _worse(difference: Estimate | None) -> bool:
+    """Whether a federated-minus-reference difference is measured and below 0 at 95%."""
+    return difference is not None and difference.verdict() == "worse"
 
 
 def _race_words(gain: Gain) -> str:
