@@ -147,7 +147,8 @@ def test_policy_name_says_which_arms_are_on() -> None:
 def test_aggregate_pools_statistics_across_regions_and_rounds() -> None:
     """The global moments after two rounds equal those of all the regions' data at once,
     each sample counted once; a plain average of the regions' arrays would lose the
-    between-region spread of a region flag (variance 0 inside each region)."""
+    between-region spread of a feature whose level differs by region (here by one of its
+    standard deviations, well inside what the statistics screen pools as sent)."""
     rng = np.random.default_rng(5)
     layer = np.zeros(3, dtype=np.float32)
     seen: list[np.ndarray] = []
@@ -156,7 +157,7 @@ def test_aggregate_pools_statistics_across_regions_and_rounds() -> None:
         updates = []
         for region, size in ((0, 400), (1, 900), (2, 150)):
             data = np.column_stack(
-                [np.full(size, float(region == 0)), rng.exponential(region + 1, size)]
+                [rng.normal(region, 1.0, size), rng.exponential(region + 1, size)]
             )
             seen.append(data)
             updates.append(RegionUpdate(region, [layer, *Moments.of(data).arrays()], size))
