@@ -50,20 +50,8 @@ def test_worlds_that_differ_cannot_be_paired() -> None:
 
 def test_the_table_shows_a_difference_column_per_baseline() -> None:
     frame = per_seed_frame({"ppo": [[-1.0, -2.0]], "sed": [[-1.5, -2.1]]}, {"ppo": 1, "sed": 0})
-    row = {
-        "client": "all",
-        "reward": -1.5,
-        "reward_ci95": 0.1,
-        "latency_ms": 1.0,
-        "latency_p95_ms": 2.0,
-        "slo_violation_rate": 0.1,
-        "cost_usd": 1e-6,
-        "carbon_g": 1e-3,
-        "energy_kwh": 1e-6,
-    }
-    table = format_table(
-        [{**row, "policy": "ppo"}, {**row, "policy": "sed"}], paired_against(frame, ["sed"])
-    )
+    rows = [_row("ppo", "all", -1.5), _row("sed", "all", -1.5)]
+    table = format_table(rows, paired_against(frame, ["sed"]))
     header, ppo, sed = table.splitlines()
     assert "vs sed ± ci95" in header
     assert "+0.3000" in ppo and sed.split()[4] == "-"

@@ -61,14 +61,24 @@ def test_a_region_that_ends_within_a_step_of_the_file_holds_its_last_value(
     np.testing.assert_array_equal(signals.carbon.values[1], [50, 60, 70, 70])
 
 
-def test_a_region_that_starts_more_than_a_step_late_is_refused_in_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    "europe, words",
+    [
+        (range(3600, 7201, 600), "its first row is 3600 s after"),
+        (range(0, 3601, 600), "its last row is 3600 s before the file's last row"),
+    ],
+    ids=["starts-late", "ends-early"],
+)
+def test_a_region_whose_series_starts_or_ends_over_a_step_apart_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], europe: range, words: str
 ) -> None:
+    """europe-west9's rows start or end an hour apart from us-east1's: replayed, each would
+    wrap around at its own length and their clocks would drift apart."""
     path = tmp_path / "carbon.csv"
     path.write_text(
         "timestamp,region,value\n"
         + "".join(f"{t},us-east1,100\n" for t in range(0, 7201, 600))
-        + "".join(f"{t},europe-west9,50\n" for t in range(3600, 7201, 600)),
+        + "".join(f"{t},europe-west9,50\n" for t in europe),
         encoding="utf-8",
     )
     argv = ["baselines", "--config", str(TINY), "--set", f"world.carbon_file={path}"]
@@ -76,25 +86,4 @@ def test_a_region_that_starts_more_than_a_step_late_is_refused_in_one_line(
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
-    assert str(path) in err and "region 'europe-west9': its first row is 3600 s after" in err
-
-
-def test_regions_whose_series_end_at_different_times_are_refused_in_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """europe-west9's rows end an hour before us-east1's: replayed, each would wrap around
-    at its own length and their clocks would drift apart."""
-    path = tmp_path / "carbon.csv"
-    path.write_text(
-        "timestamp,region,value\n"
-        + "".join(f"{t},us-east1,100\n" for t in range(0, 7201, 600))
-        + "".join(f"{t},europe-west9,50\n" for t in range(0, 3601, 600)),
-        encoding="utf-8",
-    )
-    argv = ["baselines", "--config", str(TINY), "--set", f"world.carbon_file={path}"]
-    argv += ["--set", "world.trace_step_s=600"]
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1, err
-    assert str(path) in err
-    assert "region 'europe-west9': its last row is 3600 s before the file's last row" in err
+    assert str(path) in err and f"region 'europe-west9': {words}" in err
