@@ -17,6 +17,9 @@ from fedmc_flwr.policies.moments import POOLED_SPREADS, Moments, bounded, centre
 DIM = 4
 LAYER = np.zeros(2, np.float32)
 PREVIOUS = [LAYER, *Moments.empty(DIM).arrays()]
+ROBUST = FederationConfig(aggregation="median")
+"""A rule that claims a breakdown point, under which each region's statistics are pooled
+within the others' band ('mean' claims none, and pools every region it keeps exactly)."""
 
 
 def _honest(regions: int, seed: int = 0) -> list[Moments]:
@@ -93,9 +96,9 @@ def test_one_hostile_region_moves_the_pool_by_its_share_of_the_honest_spread_at_
     honest = _honest(regions - 1)
     sent = _poisoned(_honest(1, seed=99)[0], kind, scale)
     updates = _updates([*honest, sent])
-    kept, rejected = screen(updates, PREVIOUS, FederationConfig(), statistics=1)
+    kept, rejected = screen(updates, PREVIOUS, ROBUST, statistics=1)
     assert set(rejected) <= {regions - 1}  # never an honest region
-    pooled = Moments.from_arrays(aggregate(kept, PREVIOUS, FederationConfig(), 1)[1:])
+    pooled = Moments.from_arrays(aggregate(kept, PREVIOUS, ROBUST, 1)[1:])
     _assert_within_honest_spread(pooled, pool(honest), regions)
 
 
@@ -121,7 +124,7 @@ def test_an_escalating_shift_cannot_ratchet_the_global_moments() -> None:
     the global moments it poisoned, so the global moments stay where the honest regions
     put them."""
     weights, honest_weights = list(PREVIOUS), list(PREVIOUS)
-    federation = FederationConfig()
+    federation = ROBUST
     for rnd in range(1, 8):
         honest = _honest(4, seed=rnd)
         sent = _poisoned(_honest(1, seed=100 + rnd)[0], "shift-means", 0.1 * 10**rnd)
@@ -136,9 +139,9 @@ def test_an_escalating_shift_cannot_ratchet_the_global_moments() -> None:
 def test_colluders_below_half_are_held_as_one_is() -> None:
     honest = _honest(7)
     hostile = [_poisoned(m, "shift-means", 3.0) for m in _honest(3, seed=50)]
-    kept, rejected = screen(_updates([*honest, *hostile]), PREVIOUS, FederationConfig(), 1)
+    kept, rejected = screen(_updates([*honest, *hostile]), PREVIOUS, ROBUST, 1)
     assert set(rejected) <= {7, 8, 9}
-    pooled = Moments.from_arrays(aggregate(kept, PREVIOUS, FederationConfig(), 1)[1:])
+    pooled = Moments.from_arrays(aggregate(kept, PREVIOUS, ROBUST, 1)[1:])
     _assert_within_honest_spread(pooled, pool(honest), regions=10, hostile=3)
 
 
@@ -160,3 +163,19 @@ def test_two_regions_are_pooled_as_sent() -> None:
         Moments(100.0, np.full(DIM, 100.0), np.full(DIM, 900.0)),
     ]
     assert outliers(parts) == {} and bounded(parts) == parts
+
+
+def test_under_mean_a_kept_region_outside_the_band_pools_exactly() -> None:
+    """'mean' claims no breakdown point: a region whose spread is five times the others'
+    (inside what the screen turns away) pools as sent, as an honest busy region must;
+    a robust rule holds it at the band's edge."""
+    honest = _honest(3)
+    wide = _poisoned(_honest(1, seed=99)[0], "scale-variance", 25.0)
+    updates = _updates([*honest, wide])
+    kept, rejected = screen(updates, PREVIOUS, FederationConfig(), statistics=1)
+    assert rejected == {} and len(kept) == 4
+    exact = pool([Moments.empty(DIM), *honest, wide])
+    under_mean = Moments.from_arrays(aggregate(kept, PREVIOUS, FederationConfig(), 1)[1:])
+    np.testing.assert_array_equal(under_mean.var, exact.var)
+    held = Moments.from_arrays(aggregate(kept, PREVIOUS, ROBUST, 1)[1:])
+    assert np.all(held.var < exact.var)

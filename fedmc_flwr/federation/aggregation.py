@@ -20,9 +20,11 @@ server's own worlds judge worse than the previous global one), and
    region's moments of this round, between-region spread included (`policies/moments.py`),
    each region's sample count capped at what the round's (lower) median region reports
    per environment step (`capped_counts`), so one region's claim cannot outweigh the
-   others, and its means and standard deviations held within what the other regions
-   report (`moments.bounded`), so one region cannot move the pooled moments by more than
-   its share of the honest regions' own spread.
+   others, and, under the rules that claim a breakdown point, its means and standard
+   deviations held within what the other regions report (`moments.bounded`), so one
+   region cannot move the pooled moments by more than its share of the honest regions'
+   own spread. Under every rule, statistics far outside the others' are turned away
+   (`screen`).
 
 Sums run in float64 and every array keeps its own dtype (float32 network weights, float64
 moments), so one round's result does not depend on how many virtual clients served the
@@ -39,7 +41,7 @@ import numpy as np
 from flwr.common import Scalar
 from scipy.stats import trim_mean
 
-from fedmc_flwr.config import FederationConfig, breakdown_point
+from fedmc_flwr.config import BREAKDOWN_POINTS, FederationConfig, breakdown_point
 from fedmc_flwr.policies.moments import (
     MOMENT_ARRAYS,
     Moments,
@@ -502,19 +504,23 @@ def pool_statistics(
     previous: Sequence[np.ndarray],
     fresh: Sequence[Sequence[np.ndarray]],
     steps: Sequence[int],
+    bound: bool = True,
 ) -> Weights:
     """Running moments (`[count, mean, var]` groups) pooled: the global ones plus what each
     region saw this round in `steps` environment steps, with the between-region spread
-    (never a plain average), each count capped (`capped_counts`) and, with three regions
-    or more, each region's means and standard deviations held within what the other
-    regions of the round report (`moments.bounded`; every honest region of a clean run
-    lies inside, and pools exactly). The global moments are only ever added to, by rounds
-    each bounded so, so an attacker who shifts further every round cannot ratchet them."""
+    (never a plain average), each count capped (`capped_counts`) and, with `bound` and
+    three regions or more, each region's means and standard deviations held within what
+    the other regions of the round report (`moments.bounded`). The global moments are only
+    ever added to, by rounds each bounded so, so an attacker who shifts further every
+    round cannot ratchet them. `aggregate` bounds under the rules that claim a breakdown
+    point: an honest region whose workload differs much from the others' (the busy
+    region of a three-region federation, its returns' spread 3.5 times the others') lies
+    outside the band, so under 'mean', which claims none, every region pools exactly."""
     out: Weights = []
     for _, reference, parts in moment_groups(previous, fresh):
         counts = capped_counts(np.array([p.count for p in parts]), np.asarray(steps))
         capped = [Moments(c, p.mean, p.var) for c, p in zip(counts, parts, strict=True)]
-        out += pool([reference, *bounded(capped)]).arrays()
+        out += pool([reference, *(bounded(capped) if bound else capped)]).arrays()
     return out
 
 
@@ -541,4 +547,6 @@ def aggregate(
     combined = AGGREGATIONS[federation.aggregation].combine(networks, steps, federation)
     if federation.strategy == "shrink":
         combined = shrink(combined, previous[:cut], federation.mu)
-    return combined + pool_statistics(previous[cut:], [u.weights[cut:] for u in ordered], steps)
+    robust = BREAKDOWN_POINTS.get(federation.aggregation) is not None
+    fresh = [u.weights[cut:] for u in ordered]
+    return combined + pool_statistics(previous[cut:], fresh, steps, bound=robust)
