@@ -3,8 +3,9 @@
 For each estate (regions x nodes per region), one `fedmc run` of `--config` (default
 conf/huge.yaml: 8 worlds, 32-step rollouts, 64 steps a round, 2 rounds; its learner
 settings whatever the estate) with `world.regions` and `world.nodes_per_region` set, one
-virtual client per region in Flower's simulation engine (one CPU each, so two at a time
-on two cores). Per round: the server's fit and evaluate phases from timing.csv; the last
+virtual client per region in Flower's simulation engine (one CPU each: on two cores two
+at a time, or all at once where the regions do not share out evenly, `runner.ray_cpus`;
+the 3 x 6 row of docs/benchmarks.md was measured two at a time). Per round: the server's fit and evaluate phases from timing.csv; the last
 round is the steady one (round 1 carries Ray's start and the learners' imitation).
 Memory: every 0.5 s, the proportional set size (PSS, so shared pages count once) summed
 over `fedmc run` and every process of its Flower family (the SuperLink, SuperExec, the
