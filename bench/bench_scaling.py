@@ -5,8 +5,9 @@ conf/huge.yaml: 8 worlds, 32-step rollouts, 64 steps a round, 2 rounds; its lear
 settings whatever the estate) with `world.regions` and `world.nodes_per_region` set, one
 virtual client per region in Flower's simulation engine (one CPU each: on two cores two
 at a time, or all at once where the regions do not share out evenly, `runner.ray_cpus`;
-the 3 x 6 row of docs/benchmarks.md was measured two at a time). Per round: the server's fit and evaluate phases from timing.csv; the last
-round is the steady one (round 1 carries Ray's start and the learners' imitation).
+the 3 x 6 row of docs/benchmarks.md was measured two at a time). Per round: the server's
+fit and evaluate phases from timing.csv; the last round is the steady one (round 1
+carries Ray's start and the learners' imitation).
 Memory: every 0.5 s, the proportional set size (PSS, so shared pages count once) summed
 over `fedmc run` and every process of its Flower family (the SuperLink, SuperExec, the
 simulation, Ray and its workers, read from the run's `.fedmc-run.json`); the peak is
