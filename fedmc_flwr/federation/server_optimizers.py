@@ -29,7 +29,7 @@ import numpy as np
 
 from fedmc_flwr.config import SERVER_OPTIMIZERS, FederationConfig
 
-_STEP, _FIRST, _SECOND = "server_step", "server_m", "server_v"
+_FIRST, _SECOND = "server_m", "server_v"
 """Keys of the state in a round checkpoint (`arrays` / `from_arrays`), beside the weights'
 `w000, w001, ...`, which readers of the weights alone never look at."""
 
@@ -38,8 +38,6 @@ _STEP, _FIRST, _SECOND = "server_step", "server_m", "server_v"
 class ServerState:
     """What a server optimiser carries from round to round."""
 
-    step: int = 0
-    """Rounds the optimiser has stepped."""
     first: list[np.ndarray] | None = None
     """Momentum (FedAvgM) or first moment (FedAdam) per network array, float64."""
     second: list[np.ndarray] | None = None
@@ -48,8 +46,6 @@ class ServerState:
     def arrays(self) -> dict[str, np.ndarray]:
         """The state as named arrays for the round checkpoint (empty before a step)."""
         out: dict[str, np.ndarray] = {}
-        if self.step:
-            out[_STEP] = np.array(self.step, dtype=np.int64)
         for prefix, moments in ((_FIRST, self.first), (_SECOND, self.second)):
             out |= {f"{prefix}{k:03d}": m for k, m in enumerate(moments or [])}
         return out
@@ -63,8 +59,7 @@ class ServerState:
             keys = sorted(k for k in arrays if k.startswith(prefix) and k[len(prefix) :].isdigit())
             return [np.asarray(arrays[k], dtype=np.float64) for k in keys] or None
 
-        step = int(arrays[_STEP]) if _STEP in arrays else 0
-        return cls(step, moments(_FIRST), moments(_SECOND))
+        return cls(moments(_FIRST), moments(_SECOND))
 
 
 def server_step(
@@ -101,4 +96,4 @@ def server_step(
         (b + move).astype(np.asarray(p).dtype)
         for b, move, p in zip(base, moves, previous, strict=True)
     ]
-    return network, ServerState(state.step + 1, first, second)
+    return network, ServerState(first, second)

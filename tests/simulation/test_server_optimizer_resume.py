@@ -27,7 +27,7 @@ def test_a_resumed_run_continues_the_server_optimisers_momentum(tmp_path: Path) 
     last = out / "checkpoints" / "round_002.npz"
     with np.load(last) as saved:
         reference = {key: saved[key] for key in saved.files}
-    assert int(reference["server_step"]) == 2
+    assert {"server_m000", "w000"} <= set(reference)  # the momentum rides with the weights
 
     # As a run killed during round 2 leaves it: round 1 is the last one recorded, with
     # half the steps (every region trains the same steps in each of the two rounds).
