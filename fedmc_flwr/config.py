@@ -131,6 +131,15 @@ class WorldConfig:
     """Probability, per dispatched job, that some node of the estate goes down."""
     outage_mean_s: float = 5.0
     """Mean duration of a node outage, in simulated seconds."""
+    slowdown_rate: float = 0.0
+    """Probability, per dispatched job, that some node slows down: it keeps accepting jobs
+    but serves them at `slowdown_share` of its speed (a throttled or failing machine). The
+    observation's `up` reads the share; its `speed` and `expected_delay` keep the
+    instance type's, as a scheduler's catalogue would. 0: no node ever slows."""
+    slowdown_mean_s: float = 5.0
+    """Mean duration of a slowdown, in simulated seconds."""
+    slowdown_share: float = 0.1
+    """Share of its speed a slowed node keeps."""
     warmup_jobs: int = 200
     """Jobs the world dispatches by itself (to the node of shortest expected delay) when an
     episode starts, before the first job a policy sees: every episode starts from a busy
@@ -406,6 +415,8 @@ class Experience:
     """`world.outage_mean_s` in this region's training worlds."""
     region_outage: list[float] | None = None
     """`world.region_outage` in this region's training worlds."""
+    slowdown_rate: float | None = None
+    """`world.slowdown_rate` in this region's training worlds (0: no node ever slows)."""
 
 
 EXPERIENCE_LISTS = ("region_load", "region_outage")
@@ -686,6 +697,9 @@ _RANGES: dict[str, _Check] = {
     "world.burstiness": (_unit_half_open, "a number in [0, 1)"),
     "world.outage_rate": (_unit_half_open, "a probability in [0, 1)"),
     "world.outage_mean_s": (_positive, "a number > 0"),
+    "world.slowdown_rate": (_unit_half_open, "a probability in [0, 1)"),
+    "world.slowdown_mean_s": (_positive, "a number > 0"),
+    "world.slowdown_share": (lambda v: 0 < v <= 1, "a share of the speed in (0, 1]"),
     "world.warmup_jobs": (lambda v: 0 <= v <= 100_000, "an integer from 0 to 100000"),
     "world.trace_step_s": (_positive, "a number of trace seconds > 0"),
     "world.trace_speedup": (_positive, "a number > 0"),

@@ -131,7 +131,8 @@ class MultiCloudEnv(gym.Env[np.ndarray, np.int64]):
     `layout.feature_list(bounds=True)` writes this list):
 
     - node.queue (jobs; 0 to hard capacity): jobs in the node's queue (incl. in service)
-    - node.up (flag; 0 to 1): 1 if the node is live, 0 during an outage
+    - node.up (share; 0 to 1): the share of its speed the node serves at: 1 when live,
+      world.slowdown_share while slowed, 0 during an outage
     - node.expected_delay (s; 0 to full slowest node (none with declared sizes)): RTT from
       the ingress + queue mean jobs and the waiting job (a mean job, or its declared size
       with world.declared_size) at the node's effective speed (shortest expected delay's

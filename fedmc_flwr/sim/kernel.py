@@ -103,6 +103,9 @@ class Statics(NamedTuple):
     diurnal_period_s: float
     arrival_swing: float
     outage_mean_s: float
+    slowdown_rate: float
+    slowdown_mean_s: float
+    slowdown_share: float
     declared_size: bool
     declared_size_error: float
     cost_ref_usd: float
@@ -194,6 +197,8 @@ class State(NamedTuple):
     """[B, N] jobs at each node."""
     down_until: np.ndarray
     """[B, N] the time each node comes back up (<= now when it is up)."""
+    slow_until: np.ndarray
+    """[B, N] the time each slowed node regains its speed (<= now at full speed)."""
     rng: np.ndarray
     """[B] each env's random stream word (uint64)."""
     burst: np.ndarray
@@ -411,12 +416,13 @@ def _site(statics, r, ingress, s, c, k):
 
 
 @njit(cache=True, inline="always")
-def _served(statics, site, n, size, backlog, count):
+def _served(statics, site, n, size, backlog, count, pace):
     """The `Outcome` of a job of this `size` at node n of `site`'s region, which holds
-    `backlog` seconds of work in `count` jobs. The carbon is `energy * carbon *
-    carbon_day` in that order: a trace's intensity times 1.0 is the product
-    `energy * intensity` exactly, so traced and synthetic worlds keep their arithmetic."""
-    rate = statics.speed[n] * site.free
+    `backlog` seconds of work in `count` jobs and runs at `pace` of its speed (`_pace`).
+    The carbon is `energy * carbon * carbon_day` in that order: a trace's intensity times
+    1.0 is the product `energy * intensity` exactly, so traced and synthetic worlds keep
+    their arithmetic; so does a pace of 1.0 with the speed."""
+    rate = statics.speed[n] * pace * site.free
     wait = backlog / rate
     busy = size / rate
     latency = site.link + wait + busy
@@ -430,10 +436,19 @@ def _served(statics, site, n, size, backlog, count):
 
 
 @njit(cache=True, inline="always")
-def _outcome(b, n, ingress, size, clock, backlog, count, statics, k):
+def _pace(statics, slow_until, now):
+    """The share of its speed a node serves at `now`: `slowdown_share` until `slow_until`,
+    then all of it. The work a slowed node drains and the jobs it is given both run at
+    this pace; a job keeps the completion time priced when it was dispatched, as it keeps
+    the background load of that moment."""
+    return statics.slowdown_share if slow_until > now else 1.0
+
+
+@njit(cache=True, inline="always")
+def _outcome(b, n, ingress, size, clock, backlog, count, statics, k, pace):
     """The `Outcome` of sending env b's job of this `size` to node n (in trace step k)."""
     site = _site(statics, n // statics.nodes_per_region, ingress, clock[b, 0], clock[b, 1], k)
-    return _served(statics, site, n, size, backlog[b, n], count[b, n])
+    return _served(statics, site, n, size, backlog[b, n], count[b, n], pace)
 
 
 @njit(cache=True, inline="always")
@@ -449,6 +464,7 @@ def _job_outcome(b, n, state, statics):
         state.count,
         statics,
         state.segment[b],
+        _pace(statics, state.slow_until[b, n], state.t[b]),
     )
 
 
@@ -474,6 +490,7 @@ def _observe(b, state, obs, mask, statics):
     speed, power, price_mult = statics.speed, statics.power_w, statics.price_mult
     rtt, per_region = statics.rtt_s, statics.nodes_per_region
     t, count, down_until = state.t[b], state.count, state.down_until
+    slow_until = state.slow_until
     n_nodes = count.shape[1]
     ring_size = state.ring.shape[2]
     capacity = statics.queue_capacity
@@ -510,7 +527,7 @@ def _observe(b, state, obs, mask, statics):
             o = n * NODE_WIDTH
             queue = count[b, n]
             obs[b, o + QUEUE] = queue
-            obs[b, o + UP] = 1.0 if down_until[b, n] <= t else 0.0
+            obs[b, o + UP] = _pace(statics, slow_until[b, n], t) if down_until[b, n] <= t else 0.0
             if declares:
                 obs[b, o + EXPECTED_DELAY] = link + (queue * busy + job) / speed[n]
             else:
@@ -699,6 +716,7 @@ def _advance(b, state, statics):
     t, clock, backlog, rng, burst = state.t, state.clock, state.backlog, state.rng, state.burst
     ring, next_done, head, count = state.ring, state.next_done, state.head, state.count
     down_until, size, ingress = state.down_until, state.size, state.ingress
+    slow_until = state.slow_until
     s, c = clock[b, 0], clock[b, 1]
     nregions = _num_regions(statics)
     if statics.trace_rate:
@@ -721,7 +739,8 @@ def _advance(b, state, statics):
         i = ingress[b]
         _step_burst(rng, b, burst, i, statics)
         dt = -math.log(_uniform(rng, b)) / _arrival_rate(statics, burst, b, i, s, c)
-    now = t[b] + dt
+    before = t[b]
+    now = before + dt
     t[b] = now
     n_nodes = backlog.shape[1]
     per_region = n_nodes // nregions
@@ -729,7 +748,8 @@ def _advance(b, state, statics):
     for r in range(nregions):  # nodes are numbered region by region
         free = 1.0 - _background(statics, r, s, c)
         for n in range(r * per_region, (r + 1) * per_region):
-            work = backlog[b, n] - speed[n] * free * dt
+            pace = _pace(statics, slow_until[b, n], before)
+            work = backlog[b, n] - speed[n] * pace * free * dt
             backlog[b, n] = work if work > 0.0 else 0.0
             if next_done[b, n] <= now:  # contiguous check first; the ring is strided
                 k = count[b, n]
@@ -763,6 +783,11 @@ def _advance(b, state, statics):
                 up += 1
         if down_until[b, n] <= now and up > 1:  # never take the last live node down
             down_until[b, n] = now + duration
+    # Drawn only in a world with slowdowns, so that the others keep their streams.
+    if statics.slowdown_rate > 0.0 and _uniform(rng, b) < statics.slowdown_rate:
+        n = min(int(_uniform(rng, b) * n_nodes), n_nodes - 1)
+        until = now - statics.slowdown_mean_s * math.log(_uniform(rng, b))
+        slow_until[b, n] = max(slow_until[b, n], until)
     if _traced(statics):
         state.segment[b] = _segment_at(state.origin[b], now, statics)
     size[b] = _logged_size(state, statics, b) if statics.trace_jobs else _job_size(rng, b, statics)
@@ -803,6 +828,7 @@ def reset_kernel(envs, phases, state, statics):
         state.next_done[b, :] = np.inf
         state.count[b, :] = 0
         state.down_until[b, :] = 0.0
+        state.slow_until[b, :] = 0.0
         state.burst[b, :] = 0
         for w in range(warmup + 1):
             if w > 0:  # dispatch the waiting job by shortest expected delay, unscored
@@ -897,11 +923,14 @@ def step_kernel_parallel(actions, state, out, statics, shares):
 
 
 @njit(cache=True, _nrt=False)
-def dispatch_cost_kernel(clock, backlog, count, size, ingress, segment, mask, out, statics):
+def dispatch_cost_kernel(
+    clock, backlog, count, size, ingress, segment, t, slow_until, mask, out, statics
+):
     """Immediate weighted cost of every action for every env's pending job (inf if masked).
 
     It takes the job sizes and backlogs as arrays of their own, not the `State`, so that the
-    caller can price the job as the observation knows it (declared size, mean jobs).
+    caller can price the job as the observation knows it (declared size, mean jobs). A
+    slowed node is priced at its pace, which the observation shows (`up`).
     Region by region: what every node of a region shares (`Site`: its time of day, price,
     carbon, free share) is worked out once per region, not once per node, with the same
     arithmetic as `_outcome`. Compiled without reference counting, as `_step_envs` is and
@@ -916,5 +945,6 @@ def dispatch_cost_kernel(clock, backlog, count, size, ingress, segment, mask, ou
                 if not mask[b, n]:
                     out[b, n] = np.inf
                     continue
-                job = _served(statics, site, n, size[b], backlog[b, n], count[b, n])
+                pace = _pace(statics, slow_until[b, n], t[b])
+                job = _served(statics, site, n, size[b], backlog[b, n], count[b, n], pace)
                 out[b, n] = _weighted_cost(statics, job)

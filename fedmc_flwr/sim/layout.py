@@ -47,7 +47,15 @@ NODE_FEATURES: tuple[Feature, ...] = (
     Feature(
         "queue", "jobs in the node's queue (incl. in service)", "jobs", "0", "hard capacity", True
     ),
-    Feature("up", "1 if the node is live, 0 during an outage", "flag", "0", "1", False),
+    Feature(
+        "up",
+        "the share of its speed the node serves at: 1 when live, world.slowdown_share "
+        "while slowed, 0 during an outage",
+        "share",
+        "0",
+        "1",
+        False,
+    ),
     Feature(
         "expected_delay",
         "RTT from the ingress + queue mean jobs and the waiting job (a mean job, or its "

@@ -125,6 +125,11 @@ class WorldSpec:
     outage_mean_s: float
     region_outage: np.ndarray
     """[R] multiplier of the outage rate of each region's nodes."""
+    slowdown_rate: float
+    """Chance per job that some node slows down (`world.slowdown_rate`)."""
+    slowdown_mean_s: float
+    slowdown_share: float
+    """Share of its speed a slowed node keeps."""
     cost_ref_usd: float
     """Mean cost of one job spread evenly over the estate: the cost normaliser."""
     carbon_ref_g: float
@@ -289,6 +294,9 @@ def build_spec(
         outage_rate=world.outage_rate,
         outage_mean_s=world.outage_mean_s,
         region_outage=_skew(world.region_outage, world.regions),
+        slowdown_rate=world.slowdown_rate,
+        slowdown_mean_s=world.slowdown_mean_s,
+        slowdown_share=world.slowdown_share,
         cost_ref_usd=float(job_cost.mean()),
         carbon_ref_g=float(max(job_carbon.mean(), 1e-12)),
         weights=dataclasses.asdict(reward),

@@ -12,7 +12,8 @@ node, node-major and numbered region by region, then the global features. Define
 writes this list):
 
 - node.queue (jobs): jobs in the node's queue (incl. in service)
-- node.up (flag): 1 if the node is live, 0 during an outage
+- node.up (share): the share of its speed the node serves at: 1 when live,
+  world.slowdown_share while slowed, 0 during an outage
 - node.expected_delay (s): RTT from the ingress + queue mean jobs and the waiting job (a
   mean job, or its declared size with world.declared_size) at the node's effective speed
   (shortest expected delay's estimate)
@@ -238,6 +239,7 @@ class MultiCloudSim:
             head=np.zeros((b, n), dtype=np.int64),
             count=np.zeros((b, n), dtype=np.int64),
             down_until=np.zeros((b, n)),
+            slow_until=np.zeros((b, n)),
             rng=np.zeros(b, dtype=np.uint64),
             burst=np.zeros((b, self.num_regions), dtype=np.int64),
             size=np.zeros(b),
@@ -395,6 +397,8 @@ class MultiCloudSim:
             size,
             state.ingress,
             state.segment,
+            state.t,
+            state.slow_until,
             state.mask,
             out,
             self._statics,
