@@ -61,7 +61,8 @@ plots: setup
 # and one with a tenth of the steps (late_region.yaml, data_poor_region.yaml), and on each
 # non-IID setting FedAvg against both forms of FedProx (fedprox_*.yaml) and against the
 # two personalised variants, local-only and centralised (personal_*.yaml), and where the
-# regions' experience differs: events only one region trains on (rare_events.yaml), a
+# regions' experience differs: events only one region trains on, each region in turn
+# (outages: rare_events*.yaml; unmasked slowdowns: rare_slowdowns*.yaml), a
 # region whose load drifts (drift_region.yaml) and ten small regions (many_small_regions.yaml),
 # with why averaging fell short there (federating_diagnosis.yaml, federating_tries.yaml).
 # Finished cells are skipped, so an interrupted `make results` continues; `make report`
@@ -69,7 +70,8 @@ plots: setup
 SWEEPS ?= two_tier_tuning learner_tuning default plateau trace_dc node_scorer late_region data_poor_region \
 	fedprox_balanced fedprox_busy_region fedprox_skewed_prices_carbon fedprox_outages \
 	personal_balanced personal_busy_region personal_skewed_prices_carbon personal_outages \
-	rare_events drift_region many_small_regions federating_diagnosis federating_tries
+	rare_events rare_events_at1 rare_events_at2 rare_slowdowns rare_slowdowns_at1 rare_slowdowns_at2 \
+	drift_region many_small_regions federating_diagnosis federating_tries
 TRANSFERS ?= 10x20 20x50
 SEEDS ?= 0 1 2 3 4
 # Two cells at once fill a 2-core machine (a federated cell leaves one core idle half of

@@ -296,7 +296,9 @@ def test_the_table_reads_never_trained_regions_apart_from_trained_ones(tmp_path)
     assert never.versus_local.mean == pytest.approx(0.05, abs=2e-3)
     assert never.versus_local.verdict() == "better"
     assert never.versus_centralised.mean == pytest.approx(0.02, abs=2e-3)
+    assert never.pooled_versus_local.mean == pytest.approx(0.03, abs=2e-3)  # pooling's gain
     assert trained.versus_local.mean == pytest.approx(-0.05, abs=2e-3)
+    assert trained.pooled_versus_local.mean == pytest.approx(-0.03, abs=2e-3)
     assert trained.versus_local.verdict() == "worse"
     (cost,) = federating_costs(sweep)
     assert (cost.bytes_each_way, cost.round_s, cost.slowest_region_s, cost.regions_s) == (

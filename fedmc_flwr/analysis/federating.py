@@ -118,6 +118,10 @@ class Gain:
     since: str = "joining"
     """What `first_versus_local` and the race count from: 'joining' (a late region) or
     'the change' (a drifting one)."""
+    pooled_versus_local: Estimate | None = None
+    """Centralised minus local-only PPO on the same worlds: what the regions' experience
+    pooled buys at all, the most a federation can hope to share (judged per group of
+    regions; None for a late, data-poor or drifting region)."""
 
 
 def _training_seconds(sweep: Sweep, variant: str, region: str, rounds: range) -> float:
@@ -233,6 +237,7 @@ def group_gains(
                 seeds,
                 _versus(mine, variant, LOCAL),
                 _versus(mine, variant, CENTRALISED),
+                pooled_versus_local=_versus(mine, CENTRALISED, LOCAL),
             )
         )
     return gains
@@ -269,6 +274,7 @@ def gains_table(gains: Sequence[Gain | tuple[str, str] | str]) -> str:
         "at first evaluation, federated - local",
         "rounds (s) to beat SED: federated",
         "local",
+        "centralised - local",
     )
 
     def line(gain: Gain) -> str:
@@ -277,7 +283,8 @@ def gains_table(gains: Sequence[Gain | tuple[str, str] | str]) -> str:
             f"| `{gain.setting}` | `{gain.variant}` | {gain.scope} | {len(gain.seeds)} "
             f"| {_difference(gain.versus_local)} | {_difference(gain.versus_centralised)} "
             f"| {_difference(gain.first_versus_local)} "
-            f"| {_race_cell(race.get(gain.variant))} | {_race_cell(race.get(LOCAL))} |"
+            f"| {_race_cell(race.get(gain.variant))} | {_race_cell(race.get(LOCAL))} "
+            f"| {_difference(gain.pooled_versus_local)} |"
         )
 
     return _markdown(columns, gains, line)

@@ -73,12 +73,18 @@ FEDERATING = (
     "late_region",
     "data_poor_region",
     "rare_events",
+    "rare_events_at1",
+    "rare_events_at2",
+    "rare_slowdowns",
+    "rare_slowdowns_at1",
+    "rare_slowdowns_at2",
     "drift_region",
     "many_small_regions",
 )
 """The settings of "What federating buys" and "What federating costs": small_demo, the four
 non-IID settings, the late region, the data-poor region, events some regions never
-trained on, a drifting workload and many small regions."""
+trained on (outages and slowdowns, each met in training by each region in turn), a
+drifting workload and many small regions."""
 FEDERATING_INTRO = """## What federating buys
 
 Each row is one federated variant of one setting's sweep (FedAvg, and where the sweep
@@ -91,9 +97,12 @@ round 1, does not apply; for the late region the next columns give the differenc
 first evaluation and how many rounds (and seconds of its training) each learner needs
 from joining until it beats SED there. Where regions train on other worlds than they are
 judged on (`train.experience`: `rare_events`, whose test worlds have outages that only
-us-east1 meets in training), the regions that never trained on their test worlds' events
-and those that did get a row each; every learner, local-only and centralised too, trains
-each region on its own training worlds. A drifting region (`train.drift`: `drift_region`,
+us-east1 meets in training, and `rare_slowdowns`, whose nodes slow down unmasked; the
+`_at1` and `_at2` settings give the events to the second or third region instead), the
+regions that never trained on their test worlds' events and those that did get a row
+each; every learner, local-only and centralised too, trains each region on its own
+training worlds, and the last column, centralised minus local-only PPO, says whether the
+pooled experience helps there at all. A drifting region (`train.drift`: `drift_region`,
 whose load rises in round 4) is judged on its own worlds, against centralised PPO too (it
 lives through the drift as well), with the difference at the round of the change in the
 "at first evaluation" column and the rounds each learner needs from the change until it
