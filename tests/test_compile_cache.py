@@ -32,7 +32,7 @@ import json, sys
 import numpy as np
 from numba.core.registry import CPUDispatcher
 from fedmc_flwr.config import RewardWeights, WorldConfig
-from fedmc_flwr.sim import kernel
+from fedmc_flwr.sim import dispatch, dynamics, kernel, observation, serving, streams
 from fedmc_flwr.sim.world import MultiCloudSim, warm_cache
 
 if sys.argv[1] == "all":
@@ -45,12 +45,15 @@ if sys.argv[1] == "all":
         total += float(step.reward.sum()) + float(sim.dispatch_costs()[mask].sum())
         mask = step.mask
 else:
-    kernel.seed_streams(np.arange(4, dtype=np.uint64), np.zeros(4, dtype=np.uint64))
+    streams.seed_streams(np.arange(4, dtype=np.uint64), np.zeros(4, dtype=np.uint64))
     total = None
-dispatchers = [d for d in vars(kernel).values() if isinstance(d, CPUDispatcher)]
+modules = (streams, serving, observation, dynamics, dispatch, kernel)
+dispatchers = {
+    id(d): d for m in modules for d in vars(m).values() if isinstance(d, CPUDispatcher)
+}.values()
 print(json.dumps({
     "kernel": kernel.__file__,
-    "cache_path": kernel.seed_streams._cache.cache_path,
+    "cache_path": streams.seed_streams._cache.cache_path,
     "hits": sum(sum(d.stats.cache_hits.values()) for d in dispatchers),
     "misses": sum(sum(d.stats.cache_misses.values()) for d in dispatchers),
     "total": total,
@@ -114,18 +117,31 @@ def test_copy_elsewhere_loads_without_compiling(filled: tuple[Path, dict], tmp_p
     assert warm["total"] == cold["total"]
 
 
-@pytest.mark.parametrize("edited", ["kernel.py", "layout.py"])
-def test_changed_source_misses(filled: tuple[Path, dict], tmp_path: Path, edited: str):
-    """An edit of the kernels' file, or of a module whose constants they compile in (the
-    observation's columns, the background cap), compiles afresh."""
-    cache, cold = filled
+def _edited_copy(tmp_path: Path, edited: str) -> Path:
     app = _copy_package(tmp_path, mtime=1_000_000_000)
     with (app / "fedmc_flwr" / "sim" / edited).open("a") as f:
         f.write("\n# edited\n")
-    changed = _probe(app, cache, "seed")
+    return app
+
+
+def test_changed_source_misses(filled: tuple[Path, dict], tmp_path: Path):
+    """An edit of a kernel's own file compiles it afresh."""
+    cache, cold = filled
+    changed = _probe(_edited_copy(tmp_path, "streams.py"), cache, "seed")
     assert (changed["hits"], changed["misses"]) == (0, 1)
     assert changed["cache_path"] != cold["cache_path"]
     assert Path(changed["cache_path"]).parent == cache
+
+
+def test_a_changed_constant_misses_where_it_is_compiled_in(
+    filled: tuple[Path, dict], tmp_path: Path
+):
+    """An edit of a module whose constants kernels compile in (the observation's columns,
+    the background cap) compiles those kernels afresh, and only those: the random
+    streams, which read no constant of it, still load."""
+    cache, _ = filled
+    changed = _probe(_edited_copy(tmp_path, "layout.py"), cache, "all")
+    assert changed["misses"] > 0 and changed["hits"] > 0
 
 
 def test_unwritable_cache_dir_falls_back_to_numba(tmp_path: Path):

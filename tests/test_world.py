@@ -150,7 +150,7 @@ def test_results_do_not_depend_on_the_thread_count(small_demo: ExperimentConfig)
         np.testing.assert_array_equal(one, other)
     # compiled here (not loaded from the cache), the kernels' loop has one signature: the
     # share bounds reach it as int64 in both of numba's passes, not once as uint64 too
-    assert len(kernel._step_envs.signatures) <= 1
+    assert len(kernel.step_envs.signatures) <= 1
 
 
 def test_get_state_set_state_resumes_bit_for_bit(small_demo: ExperimentConfig) -> None:

@@ -9,7 +9,7 @@ numbered region by region, and the few global features follow the last row. The 
 vector is what Gymnasium and the flat MLP see; `ObsLayout.nodes` views it as a
 `[..., nodes, features]` table without a copy, which a per-node network reads.
 
-Changing this table changes the kernel's writes (`kernel._observe` indexes by the
+Changing this table changes the kernel's writes (`observation.observe` indexes by the
 constants below), the Gymnasium bounds (`gym.observation_space` names one bound per
 feature) and the lists in the docstrings of `world.py` and `gym.MultiCloudEnv`, which
 `feature_list` renders (`tests/test_gym.py` holds them in step).

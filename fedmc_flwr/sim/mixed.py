@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from fedmc_flwr.config import RewardWeights, WorldConfig
-from fedmc_flwr.sim import kernel
+from fedmc_flwr.sim.records import State, StepOut
 from fedmc_flwr.sim.world import MultiCloudSim
 
 Numbers = Sequence[float] | np.ndarray
@@ -83,12 +83,10 @@ class MixedSim:
         return out
 
     @property
-    def state(self) -> kernel.State:
+    def state(self) -> State:
         """Every env's state, gathered (a copy: writing it changes nothing)."""
         states = [sim.state for sim in self._sims]
-        return kernel.State(
-            *(self._gather([s[k] for s in states]) for k in range(len(kernel.State._fields)))
-        )
+        return State(*(self._gather([s[k] for s in states]) for k in range(len(State._fields))))
 
     @property
     def obs(self) -> np.ndarray:
@@ -114,14 +112,12 @@ class MixedSim:
                 sim.reset_envs(local, seeds[picked], start)
         return self.obs.copy(), self.mask.copy()
 
-    def step(self, actions: np.ndarray) -> kernel.StepOut:
+    def step(self, actions: np.ndarray) -> StepOut:
         actions = np.asarray(actions, dtype=np.int64)
         if actions.shape != (self.num_envs,):
             raise ValueError(f"expected {self.num_envs} actions, got shape {actions.shape}")
         outs = [sim.step(actions[envs]) for sim, envs in zip(self._sims, self._envs, strict=True)]
-        return kernel.StepOut(
-            *(self._gather([o[k] for o in outs]) for k in range(len(kernel.StepOut._fields)))
-        )
+        return StepOut(*(self._gather([o[k] for o in outs]) for k in range(len(StepOut._fields))))
 
     def dispatch_costs(self, knows_size: bool = True, knows_backlogs: bool = True) -> np.ndarray:
         return self._gather([sim.dispatch_costs(knows_size, knows_backlogs) for sim in self._sims])

@@ -183,7 +183,7 @@ def _filled(grid: Grid | None, own: np.ndarray) -> Grid | None:
     return Grid(np.where(np.isnan(grid.values), own[:, None], grid.values), grid.lengths)
 
 
-def _traced(
+def traced(
     trace: TraceSignals, price: np.ndarray, carbon: np.ndarray, mult: np.ndarray
 ) -> tuple[TraceSignals, np.ndarray, np.ndarray]:
     """The series with gaps filled, and each region's price and carbon mean over its
@@ -233,7 +233,7 @@ def build_spec(
     price_mean = np.array([r.price_usd_per_hour for r in regions]) * price_skew
     carbon_mean = np.array([r.carbon_g_per_kwh for r in regions]) * carbon_skew
     if trace is not None:
-        trace, price_mean, carbon_mean = _traced(
+        trace, price_mean, carbon_mean = traced(
             trace, price_mean, carbon_mean, np.stack([price_skew, carbon_skew])
         )
     background = np.clip(world.background_load * np.array([r.crowding for r in regions]), 0, 0.9)

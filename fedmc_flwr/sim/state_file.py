@@ -1,8 +1,8 @@
 """The worlds' state as a file keeps it: each node's live completions, not its whole ring.
 
 A node's ring has room for C predicted completions but holds `count` of them, from
-`head` on. The kernels never read a slot outside that window (`_advance` pops from the
-head, `_admit` writes just past the last), so a file that keeps only the live slots
+`head` on. The kernels never read a slot outside that window (`advance` pops from the
+head, `admit` writes just past the last), so a file that keeps only the live slots
 resumes the worlds bit for bit. Why it matters: a learner saves its worlds every round,
 and on a 10,000-node estate with 8 worlds the ring is 25.6 MB of a 32 MB file, almost all
 of it empty slots, written and read again by every region in every round.

@@ -84,7 +84,9 @@ import numpy as np
 
 from fedmc_flwr.config import RewardWeights, WorldConfig
 from fedmc_flwr.sim import kernel, state_file
+from fedmc_flwr.sim.dispatch import dispatch_cost_kernel
 from fedmc_flwr.sim.layout import ObsLayout
+from fedmc_flwr.sim.records import METRIC_NAMES, State, Statics, StepOut
 from fedmc_flwr.sim.signals import (
     BURST_EXIT,
     BURST_SHARE,
@@ -94,11 +96,9 @@ from fedmc_flwr.sim.signals import (
     build_spec,
 )
 from fedmc_flwr.sim.sources import Grid, SignalSource, TraceSignals
+from fedmc_flwr.sim.streams import seed_streams
 
-METRIC_NAMES = kernel.METRIC_NAMES
-
-
-StepResult = kernel.StepOut
+StepResult = StepOut
 """What one batched step returns; every array is fresh (safe to keep)."""
 
 
@@ -122,7 +122,7 @@ def _trace_scalars(trace: TraceSignals | None) -> dict[str, object]:
 
 
 def _pack_traces(spec: WorldSpec) -> dict[str, np.ndarray]:
-    """The trace's series as the kernel reads them (`kernel.Statics`' last fields);
+    """The trace's series as the kernel reads them (`Statics`' last fields);
     one-value placeholders (never read: their flags are off) for the signals that
     stay synthetic.
 
@@ -146,17 +146,17 @@ def _pack_traces(spec: WorldSpec) -> dict[str, np.ndarray]:
     return fields
 
 
-_STATIC_TYPES = typing.get_type_hints(kernel.Statics)
+_STATIC_TYPES = typing.get_type_hints(Statics)
 
 
-def pack_statics(spec: WorldSpec, joint: bool) -> kernel.Statics:
-    """The kernel's parameters of a world: every field of `kernel.Statics` that the spec
+def pack_statics(spec: WorldSpec, joint: bool) -> Statics:
+    """The kernel's parameters of a world: every field of `Statics` that the spec
     holds under the same name (its reward weights as `w_<term>`), and the few derived here.
 
     Each scalar is converted to its annotated type (a flag to bool, a count to int), so
     that every world hands the kernels one numba type, whatever the spec's number types;
     each array is a C-ordered copy, which `replay_signals` may change without touching the
-    spec. A new parameter is then a field of `WorldSpec` and one of `kernel.Statics` of the
+    spec. A new parameter is then a field of `WorldSpec` and one of `Statics` of the
     same name, and nothing here."""
     # Joint: the regions' workloads shrink in proportion until together they offer what
     # the busiest offers alone (`world.load`); at their own rates they would overload the
@@ -184,7 +184,7 @@ def pack_statics(spec: WorldSpec, joint: bool) -> kernel.Statics:
     for name, kind in _STATIC_TYPES.items():
         value = derived[name] if name in derived else getattr(spec, name)
         fields[name] = np.array(value, order="C") if kind is np.ndarray else kind(value)
-    return kernel.Statics(**fields)
+    return Statics(**fields)
 
 
 class MultiCloudSim:
@@ -230,7 +230,7 @@ class MultiCloudSim:
         self.joint = joint
         self._statics = pack_statics(self.spec, joint)
         b, n = self.num_envs, self.num_actions
-        self.state = kernel.State(
+        self.state = State(
             t=np.zeros(b),
             clock=np.zeros((b, 2)),
             backlog=np.zeros((b, n)),
@@ -250,7 +250,7 @@ class MultiCloudSim:
             origin=np.zeros(b),
             segment=np.zeros(b, dtype=np.int64),
         )
-        """Every array that moves (`kernel.State`); the kernels write into it in place."""
+        """Every array that moves (`State`); the kernels write into it in place."""
         self._seeded = False
 
     @property
@@ -298,7 +298,7 @@ class MultiCloudSim:
                 )
             if not ((start >= 0.0) & (start < 1.0)).all():
                 raise ValueError("phases are fractions of the day: each must lie in [0, 1)")
-        kernel.seed_streams(seeds, rng_view := np.zeros(len(envs), dtype=np.uint64))
+        seed_streams(seeds, rng_view := np.zeros(len(envs), dtype=np.uint64))
         self.state.rng[envs] = rng_view
         # the last StepResult.obs was handed out: never write it
         self.state = self.state._replace(obs=self.state.obs.copy())
@@ -319,7 +319,7 @@ class MultiCloudSim:
         actions = np.ascontiguousarray(actions, dtype=np.int64)
         if actions.shape != (self.num_envs,):
             raise ValueError(f"expected {self.num_envs} actions, got shape {actions.shape}")
-        out = kernel.StepOut(
+        out = StepOut(
             obs=np.empty_like(self.obs),
             mask=np.empty_like(self.mask),
             reward=np.empty(self.num_envs),
@@ -390,7 +390,7 @@ class MultiCloudSim:
     def _dispatch_costs(self, size: np.ndarray, backlog: np.ndarray) -> np.ndarray:
         out = np.empty((self.num_envs, self.num_actions))
         state = self.state
-        kernel.dispatch_cost_kernel(
+        dispatch_cost_kernel(
             state.clock,
             backlog,
             state.count,
@@ -416,7 +416,7 @@ class MultiCloudSim:
         the kernels can write it in place (its dtype, C-ordered, writeable), for a caller
         that hands the arrays over and keeps no use of them, as a learner loading a saved
         state does (on a 10,000-node estate a copy is some 30 MB)."""
-        missing = [name for name in kernel.State._fields if name not in state]
+        missing = [name for name in State._fields if name not in state]
         if missing:
             raise ValueError(f"state lacks {missing}: not a state of this version's world")
         arrays = {}
@@ -429,7 +429,7 @@ class MultiCloudSim:
                 arrays[name] = value
             else:
                 arrays[name] = value.astype(current.dtype, copy=True)
-        self.state = kernel.State(**arrays)
+        self.state = State(**arrays)
         self._seeded = True
 
 
