@@ -118,12 +118,12 @@ def _steps(value: float, budget: int) -> str:
     return f"> {budget}" if np.isnan(value) else f"{value:.0f}"
 
 
-def markdown(frame: pd.DataFrame, baseline: str = "SED") -> str:
+def markdown(frame: pd.DataFrame, baseline: str = "sed") -> str:
     """The speed-up table: one row per federation size."""
     table = summary(frame)
     lines = [
-        f"| regions | steps to beat {baseline}, per seed | mean | speed-up (linear: regions) "
-        f"| reward at the budget | - {baseline} at the budget |",
+        f"| regions | steps to beat `{baseline}`, per seed | mean | speed-up (linear: regions) "
+        f"| reward at the budget | - `{baseline}` at the budget |",
         "|---:|---|---:|---:|---:|---:|",
     ]
     for row in table.to_dict("records"):
@@ -138,7 +138,7 @@ def markdown(frame: pd.DataFrame, baseline: str = "SED") -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(frame: pd.DataFrame, path: Path, baseline: str = "SED") -> Path:
+def plot(frame: pd.DataFrame, path: Path, baseline: str = "sed") -> Path:
     """Two panels: the paired difference against the baseline per round for each size
     (mean over seeds), and the steps to beat it against the size, each seed a dot, beside
     linear speed-up from one region's mean."""
