@@ -79,6 +79,10 @@ def test_the_speedup_is_one_regions_mean_steps_over_each_sizes(tmp_path: Path) -
     text = markdown(read_speedup(tmp_path / "speedup.csv"))
     assert "| 1 | 512, 384 | 448 | 1.00x |" in text
     assert "| 8 | 64, > 640 | > 640 |  |" in text
+    assert "8 regions beat" not in text  # no mean, so no share of one region's steps
+    frame = read_speedup(tmp_path / "speedup.csv")
+    one_seed = frame[(frame["regions"] < 8) | (frame["train_seed"] == 0)]
+    assert "8 regions beat `sed` in 0.14 of one region's steps" in markdown(one_seed)
 
 
 def tiny_plan(folder: Path, rounds: int = 2) -> Path:

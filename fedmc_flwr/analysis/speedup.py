@@ -135,7 +135,21 @@ def markdown(frame: pd.DataFrame, baseline: str = "sed") -> str:
             f"| {speedup} | {with_ci(row['reward'], row['reward_ci95'])} "
             f"| {with_ci(row['d'], row['d_ci95'], sign='+')} |"
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + _reading(table, baseline)
+
+
+def _reading(table: pd.DataFrame, baseline: str) -> str:
+    """One line under the table: the largest federation's steps to beat the baseline as a
+    share of one region's, against linear speed-up's share."""
+    largest = table.iloc[-1]
+    if largest["regions"] == 1 or np.isnan(largest["speedup"]):
+        return ""
+    share = 1 / largest["speedup"]
+    return (
+        f"\n{largest['regions']} regions beat `{baseline}` in {share:.2f} of one region's "
+        f"steps per env (linear speed-up: 1/{largest['regions']} = "
+        f"{1 / largest['regions']:.3f}; the target: at most 0.25).\n"
+    )
 
 
 def plot(frame: pd.DataFrame, path: Path, baseline: str = "sed") -> Path:
@@ -157,13 +171,14 @@ def plot(frame: pd.DataFrame, path: Path, baseline: str = "sed") -> Path:
     sizes = table["regions"].to_numpy()
     for k, size in enumerate(sizes):
         reached = cells.loc[cells["regions"] == size, "steps_to_beat"].dropna()
-        steps.scatter([size] * len(reached), reached, color=f"C{k}", alpha=0.6)
+        steps.scatter([size] * len(reached), reached, color=f"C{k}", alpha=0.6, zorder=3)
     steps.plot(sizes, table["steps_mean"], color="black", marker="s", label="mean over seeds")
     one = table.loc[table["regions"] == 1, "steps_mean"]
     if len(one) and not np.isnan(one.iloc[0]):
         steps.plot(sizes, one.iloc[0] / sizes, color="grey", ls="--", label="linear speed-up")
     steps.set_xscale("log", base=2)
     steps.set_xlim(sizes.min() / 1.5, sizes.max() * 1.5)
+    steps.set_ylim(bottom=0)
     steps.set_xticks(sizes, [str(s) for s in sizes])
     steps.set_xlabel("regions")
     steps.set_ylabel(f"steps per env of each region to beat {baseline}")
