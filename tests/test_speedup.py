@@ -76,6 +76,8 @@ def test_the_speedup_is_one_regions_mean_steps_over_each_sizes(tmp_path: Path) -
     assert math.isnan(table.loc[8, "steps_mean"])  # a seed never beat it: no mean
     assert math.isnan(table.loc[8, "speedup"])
     assert table.loc[2, "reward"] == pytest.approx(BASELINE.mean() + 0.105)
+    assert table.loc[2, "d"] == pytest.approx(0.105)
+    assert 0 < table.loc[2, "d_ci95"] < 0.2  # two seeds: a t quantile of 12.7
     text = markdown(read_speedup(tmp_path / "speedup.csv"))
     assert "| 1 | 512, 384 | 448 | 1.00x |" in text
     assert "| 8 | 64, > 640 | > 640 |  |" in text
