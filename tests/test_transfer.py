@@ -10,7 +10,14 @@ import pytest
 import torch
 
 from fedmc_flwr.cli import main
-from fedmc_flwr.config import ConfigError, ExperimentConfig, PPOConfig, WorldConfig, to_yaml
+from fedmc_flwr.config import (
+    ConfigError,
+    ExperimentConfig,
+    PPOConfig,
+    WorldConfig,
+    learner_plan,
+    to_yaml,
+)
 from fedmc_flwr.evaluation import evaluate
 from fedmc_flwr.experiments.transfer import POLICY, run_transfer
 from fedmc_flwr.policies.checkpoints import read_checkpoint, write_weights
@@ -30,7 +37,7 @@ def trained_run(folder: Path, policy: str, saved_learner: bool = False, seed: in
         world=WorldConfig(regions=2, nodes_per_region=3),
         ppo=PPOConfig(num_envs=8, rollout_steps=32, num_minibatches=2, policy=policy),
     )
-    learner = PPOLearner(cfg, [0, 1], seed=seed)
+    learner = PPOLearner(learner_plan(cfg, [0, 1]), seed=seed)
     learner.train_round(64)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.yaml").write_text(to_yaml(cfg))
@@ -58,7 +65,8 @@ def test_a_node_scorer_acts_unchanged_on_a_bigger_estate(tmp_path: Path) -> None
     assert set(rows.policy) >= {POLICY, "sed", "two-tier", "myopic-oracle"}
     assert (rows.groupby("policy").size() == 4 * 3).all()  # 4 regions x 3 worlds each
     learner = PPOLearner(
-        ExperimentConfig(world=TARGET, ppo=PPOConfig(policy="node-scorer")), [0], seed=0
+        learner_plan(ExperimentConfig(world=TARGET, ppo=PPOConfig(policy="node-scorer")), [0]),
+        seed=0,
     )
     learner.set_weights(read_checkpoint(ckpt))
     policy = learner.policy(POLICY)

@@ -31,10 +31,12 @@ from fedmc_flwr.config.files import (
     to_yaml,
 )
 from fedmc_flwr.config.scenario import (
+    LearnerPlan,
     active_regions,
     at_round,
     drifting,
     join_round,
+    learner_plan,
     learner_world,
     learner_worlds,
     planned_steps,
@@ -99,6 +101,7 @@ __all__ = [
     "ExperimentConfig",
     "FaultConfig",
     "FederationConfig",
+    "LearnerPlan",
     "PPOConfig",
     "RewardWeights",
     "TrainConfig",
@@ -111,6 +114,7 @@ __all__ = [
     "drifting",
     "find_config",
     "join_round",
+    "learner_plan",
     "learner_world",
     "learner_worlds",
     "load_config",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from fedmc_flwr.config.schema import Drift, Experience, ExperimentConfig, WorldConfig
 
@@ -118,3 +119,33 @@ def learner_worlds(cfg: ExperimentConfig, regions: Sequence[int]) -> dict[int, W
     unless `cfg` is another round's, `at_round`); they must share one estate's shape."""
     learner_world(cfg.world, regions)
     return {region: training_world(cfg, region) for region in regions}
+
+
+@dataclass(frozen=True)
+class LearnerPlan:
+    """What a learner of `regions` needs of the experiment in one round, resolved once here
+    so that the learner reads no scenario: the round's config (its drift settled,
+    `at_round`), each region's training world, and the steps its learning rate anneals
+    over. Build it with `learner_plan`."""
+
+    cfg: ExperimentConfig
+    regions: tuple[int, ...]
+    worlds: dict[int, WorldConfig]
+    """Each region's training world this round (`training_world`)."""
+    planned_steps: int
+    """Time steps per environment over the run: a region's own (it may join late, or
+    gather less per round, `planned_steps`) or, pooled over regions, the configured run."""
+
+
+def learner_plan(cfg: ExperimentConfig, regions: Sequence[int], round_: int = 1) -> LearnerPlan:
+    """The plan of a learner of `regions` built in round `round_` (1: the run's start)."""
+    regions = tuple(regions)
+    if not regions:
+        raise ValueError("a learner needs at least one region")
+    settled = at_round(cfg, round_)
+    planned = (
+        planned_steps(settled, regions[0])
+        if len(regions) == 1
+        else settled.train.rounds * settled.train.steps_per_round
+    )
+    return LearnerPlan(settled, regions, learner_worlds(settled, regions), planned)

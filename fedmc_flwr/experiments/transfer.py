@@ -15,7 +15,7 @@ import dataclasses
 from pathlib import Path
 
 from fedmc_flwr.analysis.tables import format_table
-from fedmc_flwr.config import ConfigError, ExperimentConfig, load_config, to_yaml
+from fedmc_flwr.config import ConfigError, ExperimentConfig, learner_plan, load_config, to_yaml
 from fedmc_flwr.evaluation import evaluate, evaluate_dispatchers, per_seed_rows, summary_rows
 from fedmc_flwr.policies.checkpoints import read_checkpoint, round_of, run_config
 from fedmc_flwr.policies.ppo import PPOLearner
@@ -51,7 +51,7 @@ def run_transfer(checkpoint: Path, target: ExperimentConfig) -> Path:
     weights = read_checkpoint(checkpoint)
     source = load_config(run_config(checkpoint))
     cfg = transferred_config(source, target)
-    learner = PPOLearner(cfg, [0], seed=0)
+    learner = PPOLearner(learner_plan(cfg, [0]), seed=0)
     try:
         learner.set_weights(weights)
     except ValueError as exc:
