@@ -127,7 +127,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     credentials.add_argument("--nodes", type=int, required=True, help="SuperNode key pairs")
     sweep = sub.add_parser("sweep", help="every variant x training seed, resumable, summarised")
-    sweep.add_argument("--config", required=True, type=Path, help="sweep YAML (conf/sweeps/)")
+    sweep.add_argument(
+        "--config",
+        required=True,
+        type=Path,
+        help="sweep YAML; a conf/sweeps/... path not found in the working directory is taken "
+        "from the sweeps shipped with the package",
+    )
     sweep.add_argument("--baseline", default=None, help="pair against this policy instead")
     sweep.add_argument("--summary-only", action="store_true", help="summarise, run nothing")
     sweep.add_argument(
@@ -287,7 +293,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from fedmc_flwr.experiments.sweep import main as sweep_main
 
             return sweep_main(
-                args.config, args.baseline, summary_only=args.summary_only, jobs=args.jobs
+                find_config(args.config),
+                args.baseline,
+                summary_only=args.summary_only,
+                jobs=args.jobs,
             )
         elif args.command == "plot":
             from fedmc_flwr.analysis.plots import plot_metrics
