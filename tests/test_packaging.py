@@ -177,6 +177,18 @@ def test_fedmc_sweep_finds_a_shipped_sweep_by_its_documented_name_from_any_direc
     assert given == [CONF / "sweeps" / "tiny.yaml"] and error.count("\n") == 1
 
 
+def test_the_readme_says_what_every_extra_enables() -> None:
+    """Each extra of pyproject.toml is a row of the README's table of extras, so a new
+    extra cannot ship unexplained."""
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    rows = re.findall(
+        r"^\| `([a-z0-9-]+)` \| [^|]+ \| [^|]+ \|$", (REPO / "README.md").read_text(), re.M
+    )
+    assert sorted(extras) == sorted(rows)
+
+
 def test_version_and_the_config_default_in_the_help(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         cli.main(["--version"])
