@@ -126,6 +126,17 @@ def _parser() -> argparse.ArgumentParser:
         help="name or IP address the SuperNodes use to reach the SuperLink (repeatable)",
     )
     credentials.add_argument("--nodes", type=int, required=True, help="SuperNode key pairs")
+    for action, what in (("start", "start"), ("stop", "stop, by the PID file start wrote,")):
+        home = sub.add_parser(
+            f"{action}-superlink",
+            help=f"{what} the local SuperLink `flwr run .` uses, its files in the project",
+        )
+        home.add_argument(
+            "--home",
+            type=Path,
+            default=None,
+            help="Flower home (default: $FLWR_HOME, else ./.flwr)",
+        )
     sweep = sub.add_parser("sweep", help="every variant x training seed, resumable, summarised")
     sweep.add_argument(
         "--config",
@@ -251,6 +262,23 @@ def _credentials(args: argparse.Namespace) -> None:
         print(f"SuperNode {k}: private key {key.private} (stays on the node), public {key.public}")
 
 
+def _local_superlink(args: argparse.Namespace) -> None:
+    """`fedmc start-superlink` and `fedmc stop-superlink`: the SuperLink of the README's
+    `flwr run .`, started with Flower's files, Ray's token and its PID file under the
+    project, and stopped by that file, so that nothing else is signalled."""
+    from fedmc_flwr.federation import superlink
+
+    home = args.home.expanduser().resolve() if args.home else superlink.local_home()
+    if args.command == "stop-superlink":
+        stopped = superlink.stop_local_superlink(home)
+        done = f"stopped ({stopped} processes)" if stopped else "had ended; its PID file removed"
+        print(f"fedmc: the SuperLink of {home} {done}")
+        return
+    pid, connection = superlink.start_local_superlink(home)
+    print(f"fedmc: SuperLink on {connection.address} (pid {pid}), its files in {home}")
+    print(f"fedmc: run with FLWR_HOME={shlex.quote(str(home))} flwr run . --stream ...")
+
+
 def _label(args: argparse.Namespace) -> str:
     """The words a failure's line starts with: the command that failed (`fedmc export`,
     `fedmc hooks plan`), so a script running several can tell which one refused."""
@@ -289,6 +317,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(args)
         elif args.command == "credentials":
             _credentials(args)
+        elif args.command in ("start-superlink", "stop-superlink"):
+            _local_superlink(args)
         elif args.command == "sweep":
             from fedmc_flwr.experiments.sweep import main as sweep_main
 
