@@ -93,14 +93,21 @@ def _parser() -> argparse.ArgumentParser:
     transfer.add_argument(
         "--checkpoint", type=Path, required=True, help="a run's checkpoints/round_NNN.npz"
     )
-    run = sub.add_parser("run", help="federated training through Flower's simulation engine")
+    run = sub.add_parser(
+        "run",
+        help="federated training through Flower's simulation engine",
+        description="Federated training through Flower's simulation engine, on this machine, "
+        "or across machines: with RAY_ADDRESS=HEAD:PORT naming a Ray cluster of your own, "
+        "the virtual clients run on its nodes (docs/deployment.md, 'A Ray cluster across "
+        "machines').",
+    )
     _add_run_args(run)
     run.add_argument(
         "--nodes",
         type=int,
         default=None,
-        help="virtual clients, each serving regions p, p + nodes, ... (default: one per "
-        "region; fewer spread Flower's per-client cost over more regions)",
+        help="virtual clients (not machines), each serving regions p, p + nodes, ... "
+        "(default: one per region; fewer spread Flower's per-client cost over more regions)",
     )
     deploy = sub.add_parser(
         "deploy",

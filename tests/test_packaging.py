@@ -197,6 +197,11 @@ def test_version_and_the_config_default_in_the_help(capsys: pytest.CaptureFixtur
     with pytest.raises(SystemExit):
         cli.main(["baselines", "--help"])
     assert "(default: conf/small_demo.yaml)" in " ".join(capsys.readouterr().out.split())
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "across machines: with RAY_ADDRESS=HEAD:PORT" in shown  # the multi-machine mode
+    assert "virtual clients (not machines)" in shown
 
 
 @pytest.mark.parametrize(
