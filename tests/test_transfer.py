@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from test_baselines import assert_ranked_and_paired
 
 from fedmc_flwr.cli import main
 from fedmc_flwr.config import (
@@ -21,6 +22,7 @@ from fedmc_flwr.config import (
 from fedmc_flwr.evaluation import evaluate
 from fedmc_flwr.experiments.transfer import POLICY, run_transfer
 from fedmc_flwr.policies.checkpoints import read_checkpoint, write_weights
+from fedmc_flwr.policies.heuristics import DISPATCHERS
 from fedmc_flwr.policies.ppo import PPOLearner
 from fedmc_flwr.sim.signals import region_catalogue
 
@@ -56,12 +58,22 @@ def target_config(results: Path) -> ExperimentConfig:
     return cfg
 
 
-def test_a_node_scorer_acts_unchanged_on_a_bigger_estate(tmp_path: Path) -> None:
+def test_a_node_scorer_acts_unchanged_on_a_bigger_estate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Trained on 2 x 3 nodes, judged on 4 x 5 beside every dispatcher: each of its
-    per-world rewards is what the same weights earn on that estate's held-out worlds."""
+    per-world rewards is what the same weights earn on that estate's held-out worlds, and
+    the table is `fedmc run`'s, its title naming the run, round and seed it came from."""
     ckpt = trained_run(tmp_path, "node-scorer")
     target = target_config(tmp_path / "results")
     rows = pd.read_csv(run_transfer(ckpt, target) / "per_seed.csv")
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == (
+        "source-node-scorer-s0's policy after round 1 (training seed 0), unchanged as "
+        "ppo-transfer, and the dispatchers on target's held-out worlds, mean over regions:"
+    )
+    assert_ranked_and_paired(out, {POLICY, *DISPATCHERS})
+    assert "(one training seed)" in out
     assert set(rows.policy) >= {POLICY, "sed", "two-tier", "myopic-oracle"}
     assert (rows.groupby("policy").size() == 4 * 3).all()  # 4 regions x 3 worlds each
     learner = PPOLearner(

@@ -138,14 +138,18 @@ def find_config(path: str | Path) -> Path:
     """The config file `path` names: the file itself when it exists; else, for a relative
     `conf/...` path (the `--config` default among them), the shipped config of that name,
     so that an installed `fedmc` works from any directory. `ConfigError` when neither
-    exists; any other missing path is left for `load_config` to name."""
+    exists, naming the shipped configs of that folder (a typo's fix is among them); any
+    other missing path is left for `load_config` to name."""
     given = Path(path).expanduser()
     if given.is_file() or given.is_absolute() or given.parts[:1] != ("conf",):
         return given
     shipped = shipped_conf().joinpath(*given.parts[1:])
     if not shipped.is_file():
+        folder = Path(*given.parts[:-1])
+        names = sorted(p.name for p in shipped.parent.glob("*.yaml"))
+        ships = ", ".join(str(folder / n) for n in names) if names else "none there"
         raise ConfigError(
-            f"{given}: no such config file here, nor among the shipped configs ({shipped_conf()})"
+            f"{given}: no such config file here, nor among the shipped configs; they are: {ships}"
         )
     return shipped
 
