@@ -1,7 +1,9 @@
 # Every target creates .venv itself on first use, from the lock file: exact versions of
 # everything and nothing else (--no-deps: the lock is complete), torch's CPU build first
-# from PyTorch's CPU wheel index (so that nothing can pull a CUDA build), then the project
-# itself without resolving anything again.
+# (its +cpu version, so that nothing can pull a CUDA build), then the project itself
+# without resolving anything again. torch comes from the registries pip is configured with
+# where they hold the CPU build (a mirror, a wheel folder: so it works offline), else from
+# PyTorch's CPU wheel index, which PyPI's users need (PyPI holds the CUDA build alone).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -17,7 +19,9 @@ CONFIG ?= conf/small_demo.yaml
 $(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet pip==26.3
-	$(BIN)/pip install --quiet --no-deps --extra-index-url $(TORCH_INDEX) $(TORCH)
+	$(BIN)/pip install --quiet --no-deps $(TORCH) 2>/dev/null || { \
+	  echo "$(TORCH) is not on the package registries here: from $(TORCH_INDEX)"; \
+	  $(BIN)/pip install --quiet --no-deps --index-url $(TORCH_INDEX) $(TORCH); }
 	$(BIN)/pip install --quiet --no-deps -r $(LOCK)
 	$(BIN)/pip install --quiet --no-deps -e .
 	touch $(STAMP)

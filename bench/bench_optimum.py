@@ -56,7 +56,7 @@ import numpy as np
 import torch
 
 from fedmc_flwr.analysis.statistics import Estimate, stratified_mean
-from fedmc_flwr.config import ExperimentConfig, load_config
+from fedmc_flwr.config import ExperimentConfig, learner_plan, load_config
 from fedmc_flwr.evaluation import evaluate
 from fedmc_flwr.policies.base import PolicyFactory
 from fedmc_flwr.policies.heuristics import DISPATCHERS
@@ -302,7 +302,7 @@ def train_learner(
     validation gap, the seconds of training and its environment steps."""
     optimal_here = world_times(judge, lambda sim: TableDispatcher(best_policy, sim.layout), case)
     cfg = world_config(case, "validation", judge.eval.seeds, judge.eval.steps)
-    learner = PPOLearner(cfg, [0], learner_seed(args.seed))
+    learner = PPOLearner(learner_plan(cfg, [0]), learner_seed(args.seed))
     chosen, history, train_s, steps = None, [], 0.0, 0
     for k in range(cfg.train.rounds):
         start = time.perf_counter()

@@ -48,7 +48,7 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecNormalize
 
-from fedmc_flwr.config import ExperimentConfig, PPOConfig, load_config
+from fedmc_flwr.config import ExperimentConfig, PPOConfig, learner_plan, load_config
 from fedmc_flwr.policies import ppo as ppo_module
 from fedmc_flwr.policies.acting import TorchActor
 from fedmc_flwr.policies.networks import KINDS, ActorCritic
@@ -71,7 +71,7 @@ def _learner(cfg: ExperimentConfig, kind: str) -> PPOLearner:
     privileged_critic = cfg.ppo.privileged_critic and kind == "two-tier"
     ppo = replace(cfg.ppo, policy=kind, privileged_critic=privileged_critic)
     cfg = replace(cfg, ppo=ppo)
-    return PPOLearner(cfg, list(range(cfg.world.regions)), cfg.seed)
+    return PPOLearner(learner_plan(cfg, list(range(cfg.world.regions))), cfg.seed)
 
 
 def ours_frames_per_second(

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedmc_flwr.config import load_config
+from fedmc_flwr.config import learner_plan, load_config
 from fedmc_flwr.integrations.export import export_policy
 from fedmc_flwr.integrations.serving import OnnxPolicy
 from fedmc_flwr.policies.checkpoints import read_checkpoint
@@ -71,7 +71,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     cfg = load_config(args.config)
-    learner = PPOLearner(cfg, list(range(cfg.world.regions)), cfg.seed)
+    learner = PPOLearner(learner_plan(cfg, list(range(cfg.world.regions))), cfg.seed)
     if args.checkpoint is not None:
         learner.set_weights(read_checkpoint(args.checkpoint))
     sim = MultiCloudSim(cfg.world, cfg.reward, np.arange(BIG_BATCH) % cfg.world.regions)

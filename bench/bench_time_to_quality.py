@@ -42,7 +42,7 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
 from fedmc_flwr.analysis.statistics import Estimate, paired_difference
-from fedmc_flwr.config import ExperimentConfig, PPOConfig, load_config
+from fedmc_flwr.config import ExperimentConfig, PPOConfig, learner_plan, load_config
 from fedmc_flwr.evaluation import evaluate
 from fedmc_flwr.experiments.training import matched_config
 from fedmc_flwr.federation.aggregation import RegionUpdate, aggregate
@@ -103,7 +103,7 @@ class _Acting:
 def centralised(cfg: ExperimentConfig, judge: Judge, cap_s: float) -> Outcome:
     """Our centralised learner, judged after every round."""
     matched = matched_config(cfg, "centralised")
-    learner = PPOLearner(matched, list(judge.regions), learner_seed(cfg.seed))
+    learner = PPOLearner(learner_plan(matched, list(judge.regions)), learner_seed(cfg.seed))
     clock, steps, estimate = 0.0, 0, Estimate(float("nan"), float("nan"), 0)
     for _ in range(cfg.train.rounds):
         start = time.perf_counter()
@@ -120,8 +120,8 @@ def centralised(cfg: ExperimentConfig, judge: Judge, cap_s: float) -> Outcome:
 def federated(cfg: ExperimentConfig, judge: Judge, cap_s: float) -> Outcome:
     """Our FedAvg over the regions, in this process, judged after every round."""
     regions = list(judge.regions)
-    learners = [PPOLearner(cfg, [r], learner_seed(cfg.seed, r)) for r in regions]
-    judged = PPOLearner(cfg, [0], learner_seed(cfg.seed))  # holds each round's global
+    learners = [PPOLearner(learner_plan(cfg, [r]), learner_seed(cfg.seed, r)) for r in regions]
+    judged = PPOLearner(learner_plan(cfg, [0]), learner_seed(cfg.seed))  # holds each round's global
     weights = judged.get_weights()
     clock, parallel, steps = 0.0, 0.0, 0
     estimate = Estimate(float("nan"), float("nan"), 0)

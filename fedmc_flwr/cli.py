@@ -93,14 +93,21 @@ def _parser() -> argparse.ArgumentParser:
     transfer.add_argument(
         "--checkpoint", type=Path, required=True, help="a run's checkpoints/round_NNN.npz"
     )
-    run = sub.add_parser("run", help="federated training through Flower's simulation engine")
+    run = sub.add_parser(
+        "run",
+        help="federated training through Flower's simulation engine",
+        description="Federated training through Flower's simulation engine, on this machine, "
+        "or across machines: with RAY_ADDRESS=HEAD:PORT naming a Ray cluster of your own, "
+        "the virtual clients run on its nodes (docs/deployment.md, 'A Ray cluster across "
+        "machines').",
+    )
     _add_run_args(run)
     run.add_argument(
         "--nodes",
         type=int,
         default=None,
-        help="virtual clients, each serving regions p, p + nodes, ... (default: one per "
-        "region; fewer spread Flower's per-client cost over more regions)",
+        help="virtual clients (not machines), each serving regions p, p + nodes, ... "
+        "(default: one per region; fewer spread Flower's per-client cost over more regions)",
     )
     deploy = sub.add_parser(
         "deploy",
@@ -126,8 +133,25 @@ def _parser() -> argparse.ArgumentParser:
         help="name or IP address the SuperNodes use to reach the SuperLink (repeatable)",
     )
     credentials.add_argument("--nodes", type=int, required=True, help="SuperNode key pairs")
+    for action, what in (("start", "start"), ("stop", "stop, by the PID file start wrote,")):
+        home = sub.add_parser(
+            f"{action}-superlink",
+            help=f"{what} the local SuperLink `flwr run .` uses, its files in the project",
+        )
+        home.add_argument(
+            "--home",
+            type=Path,
+            default=None,
+            help="Flower home (default: $FLWR_HOME, else ./.flwr)",
+        )
     sweep = sub.add_parser("sweep", help="every variant x training seed, resumable, summarised")
-    sweep.add_argument("--config", required=True, type=Path, help="sweep YAML (conf/sweeps/)")
+    sweep.add_argument(
+        "--config",
+        required=True,
+        type=Path,
+        help="sweep YAML; a conf/sweeps/... path not found in the working directory is taken "
+        "from the sweeps shipped with the package",
+    )
     sweep.add_argument("--baseline", default=None, help="pair against this policy instead")
     sweep.add_argument("--summary-only", action="store_true", help="summarise, run nothing")
     sweep.add_argument(
@@ -248,6 +272,23 @@ def _credentials(args: argparse.Namespace) -> None:
         print(f"SuperNode {k}: private key {key.private} (stays on the node), public {key.public}")
 
 
+def _local_superlink(args: argparse.Namespace) -> None:
+    """`fedmc start-superlink` and `fedmc stop-superlink`: the SuperLink of the README's
+    `flwr run .`, started with Flower's files, Ray's token and its PID file under the
+    project, and stopped by that file, so that nothing else is signalled."""
+    from fedmc_flwr.federation import superlink
+
+    home = args.home.expanduser().resolve() if args.home else superlink.local_home()
+    if args.command == "stop-superlink":
+        stopped = superlink.stop_local_superlink(home)
+        done = f"stopped ({stopped} processes)" if stopped else "had ended; its PID file removed"
+        print(f"fedmc: the SuperLink of {home} {done}")
+        return
+    pid, connection = superlink.start_local_superlink(home)
+    print(f"fedmc: SuperLink on {connection.address} (pid {pid}), its files in {home}")
+    print(f"fedmc: run with FLWR_HOME={shlex.quote(str(home))} flwr run . --stream ...")
+
+
 def _label(args: argparse.Namespace) -> str:
     """The words a failure's line starts with: the command that failed (`fedmc export`,
     `fedmc hooks plan`), so a script running several can tell which one refused."""
@@ -286,11 +327,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(args)
         elif args.command == "credentials":
             _credentials(args)
+        elif args.command in ("start-superlink", "stop-superlink"):
+            _local_superlink(args)
         elif args.command == "sweep":
             from fedmc_flwr.experiments.sweep import main as sweep_main
 
             return sweep_main(
-                args.config, args.baseline, summary_only=args.summary_only, jobs=args.jobs
+                find_config(args.config),
+                args.baseline,
+                summary_only=args.summary_only,
+                jobs=args.jobs,
             )
         elif args.command == "speedup":
             from fedmc_flwr.experiments.speedup import main as speedup_main

@@ -8,12 +8,10 @@ the spread behind each confidence interval.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from tqdm import tqdm
 
 from fedmc_flwr import seeds as seed_spaces
 from fedmc_flwr.analysis.statistics import ci95, mean_over_regions
@@ -21,6 +19,7 @@ from fedmc_flwr.config import ExperimentConfig, region_world
 from fedmc_flwr.metrics import POINT_METRICS
 from fedmc_flwr.policies.base import PolicyFactory
 from fedmc_flwr.policies.heuristics import DISPATCHERS
+from fedmc_flwr.progress_bars import progress_bar
 from fedmc_flwr.sim.world import METRIC_NAMES, MultiCloudSim
 
 LATENCY = METRIC_NAMES.index("latency_ms")
@@ -172,7 +171,7 @@ def evaluate_dispatchers(
         raise ValueError(f"unknown dispatchers {unknown}; expected some of {list(DISPATCHERS)}")
     jobs = [(name, region) for name in names for region in range(cfg.world.regions)]
     results = []
-    with tqdm(total=len(jobs), disable=not progress, file=sys.stderr, unit="eval") as bar:
+    with progress_bar(len(jobs), "eval", disable=not progress) as bar:
         for name, region in jobs:
             bar.set_description(f"{name} @ region {region}")
             results.append(evaluate(DISPATCHERS[name], cfg, region))

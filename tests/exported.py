@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from fedmc_flwr.config import ExperimentConfig, PPOConfig, WorldConfig, to_yaml
+from fedmc_flwr.config import ExperimentConfig, PPOConfig, WorldConfig, learner_plan, to_yaml
 from fedmc_flwr.integrations.export import export_policy
 from fedmc_flwr.policies.ppo import PPOLearner
 
@@ -26,7 +26,7 @@ def exported_policy(folder: Path) -> tuple[Path, Path]:
     )
     experiment = folder / "experiment.yaml"
     experiment.write_text(to_yaml(cfg))
-    weights = PPOLearner(cfg, range(len(REGIONS)), seed=0).get_weights()
+    weights = PPOLearner(learner_plan(cfg, range(len(REGIONS))), seed=0).get_weights()
     return experiment, export_policy(cfg, weights, folder / "policy.onnx")
 
 

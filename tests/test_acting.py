@@ -14,6 +14,7 @@ import pytest
 import torch
 from test_networks import random_batch, small_cfg
 
+from fedmc_flwr.config import learner_plan
 from fedmc_flwr.policies.acting import TorchActor, TwoTierActor, actor_of, uniforms
 from fedmc_flwr.policies.moments import Moments
 from fedmc_flwr.policies.networks import TwoTier
@@ -114,7 +115,7 @@ def test_a_learners_rollout_stores_what_its_update_reads_back(privileged_critic:
     at the weights the rollout acted with are the rollout's own (PPO's first ratio is 1)."""
     cfg = small_cfg("two-tier", 3, 4)
     cfg = replace(cfg, ppo=replace(cfg.ppo, privileged_critic=privileged_critic))
-    learner = PPOLearner(cfg, [0, 1, 2], seed=0)
+    learner = PPOLearner(learner_plan(cfg, [0, 1, 2]), seed=0)
     learner.train_round(16)  # one update, so the weights are not the initial ones
     learner.norm.update(learner.obs)
     rollout = learner._collect(16, np.zeros(len(TRAIN_METRICS)))
@@ -126,11 +127,11 @@ def test_a_learners_rollout_stores_what_its_update_reads_back(privileged_critic:
 
 
 def test_the_learner_and_its_greedy_policy_act_through_the_compiled_path() -> None:
-    learner = PPOLearner(small_cfg("two-tier", 2, 3), [0], seed=0)
+    learner = PPOLearner(learner_plan(small_cfg("two-tier", 2, 3), [0]), seed=0)
     assert isinstance(actor_of(learner.model), TwoTierActor)
     assert isinstance(learner.policy()._actor, TwoTierActor)
     assert isinstance(learner.policy().on_estate(5)._actor, TwoTierActor)
-    flat = PPOLearner(small_cfg("node-scorer", 2, 3), [0], seed=0)
+    flat = PPOLearner(learner_plan(small_cfg("node-scorer", 2, 3), [0]), seed=0)
     assert isinstance(actor_of(flat.model), TorchActor)
 
 

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fedmc_flwr.cli import main
-from fedmc_flwr.config import ConfigError, load_config, to_yaml
+from fedmc_flwr.config import ConfigError, learner_plan, load_config, to_yaml
 from fedmc_flwr.policies.ppo import PPOLearner
 from fedmc_flwr.results import COLUMNS, MetricsWriter, experiment_path, keep_rows
 from fedmc_flwr.sim.world import MultiCloudSim
@@ -100,7 +100,7 @@ def test_whatever_validation_accepts_builds_and_steps(values: dict[str, object])
         result = sim.step(mask.argmax(axis=1))
         assert np.isfinite(result.reward).all()
         mask = result.mask
-    learner = PPOLearner(cfg, [0], seed=0)
+    learner = PPOLearner(learner_plan(cfg, [0]), seed=0)
     assert all(np.isfinite(w).all() for w in learner.get_weights())
 
 

@@ -18,7 +18,8 @@ from fedmc_flwr.policies.heuristics import DISPATCHERS, ORACLES
 from fedmc_flwr.results import COLUMNS, PER_SEED_COLUMNS, read_per_seed
 from fedmc_flwr.seeds import heldout_seeds
 
-TABLE_HEADING = "held-out evaluation, mean over regions:"
+TABLE_HEADING = "mean over regions:"
+"""How every table's title ends (`tables.policy_table`)."""
 
 
 def printed_table(out: str) -> tuple[list[str], list[list[str]]]:
@@ -96,6 +97,9 @@ def test_run_baselines_writes_the_csv_and_prints_the_table(
     }
     out = capsys.readouterr().out
     assert_ranked_and_paired(out, set(DISPATCHERS))
+    title = out.splitlines()[0]  # what was evaluated: dispatchers, nothing trained
+    assert title == "the dispatchers on small_demo's held-out worlds, mean over regions:"
+    assert "round 0" not in out and "training seed" not in out and "higher is better" in out
 
     per_seed = read_per_seed(path.parent / "per_seed.csv")
     assert tuple(per_seed.columns) == PER_SEED_COLUMNS

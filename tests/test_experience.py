@@ -21,6 +21,7 @@ from fedmc_flwr.analysis.federating import (
 from fedmc_flwr.config import (
     ConfigError,
     at_round,
+    learner_plan,
     load_config,
     region_steps,
     region_world,
@@ -63,7 +64,9 @@ def _judged_world(cfg, region: int) -> MultiCloudSim:
 def test_rare_events_train_only_region_0_on_outages_and_judge_every_region_on_them() -> None:
     cfg = load_config(RARE, SMALL_LEARNER)
     for region, trained_rate in ((0, 0.01), (1, 0.0), (2, 0.0)):
-        learner = PPOLearner(cfg, [region], seed=0)  # a federated client's and a local learner's
+        learner = PPOLearner(
+            learner_plan(cfg, [region]), seed=0
+        )  # a federated client's and a local learner's
         assert isinstance(learner.sim, MultiCloudSim)
         assert learner.sim.spec.outage_rate == trained_rate
         assert _judged_world(cfg, region).spec.outage_rate == 0.01
@@ -78,7 +81,7 @@ def test_the_centralised_learner_steps_each_region_in_that_regions_training_worl
     """Each of its envs moves exactly as in a batch of its region's training world alone,
     and not as in the world it is judged on (where outages strike the other regions too)."""
     cfg = training.matched_config(load_config(RARE, SMALL_LEARNER), "centralised")
-    learner = PPOLearner(cfg, [0, 1, 2], seed=0)
+    learner = PPOLearner(learner_plan(cfg, [0, 1, 2]), seed=0)
     assert isinstance(learner.sim, MixedSim)
     ingress = learner.sim.state.ingress.copy()
     seeds = np.arange(100, 106, dtype=np.uint64)
@@ -113,9 +116,9 @@ def test_a_drifting_region_trains_on_its_old_workload_until_the_round_of_the_cha
     cfg = load_config(DRIFT, SMALL_LEARNER)
     rates = {}
     for rnd in (1, 3, 4, 8):
-        learner = PPOLearner(at_round(cfg, rnd), [0], seed=0)
+        learner = PPOLearner(learner_plan(at_round(cfg, rnd), [0]), seed=0)
         rates[rnd] = learner.sim.spec.arrival_rate[0]
-        other = PPOLearner(at_round(cfg, rnd), [1], seed=0).sim.spec.arrival_rate[1]
+        other = PPOLearner(learner_plan(at_round(cfg, rnd), [1]), seed=0).sim.spec.arrival_rate[1]
         assert other == _judged_world(cfg, 1).spec.arrival_rate[1]
     judged = _judged_world(cfg, 0).spec.arrival_rate[0]
     assert rates[1] == rates[3] == pytest.approx(judged * 0.35 / 0.85)
@@ -165,7 +168,7 @@ def test_many_small_regions_are_ten_regions_of_a_tenth_of_the_steps() -> None:
     demo = load_config(SMALL_DEMO)
     assert cfg.world.regions == 10 and cfg.world.nodes_per_region == 2
     assert {region_steps(cfg, r) for r in range(10)} == {demo.train.steps_per_round // 10}
-    sim = PPOLearner(cfg, [7], seed=0).sim
+    sim = PPOLearner(learner_plan(cfg, [7]), seed=0).sim
     assert (sim.num_regions, sim.nodes_per_region) == (10, 2)
     assert experience_groups(cfg) == [] and watched_region(cfg) is None
 

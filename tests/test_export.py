@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from fedmc_flwr.cli import main
-from fedmc_flwr.config import ExperimentConfig, PPOConfig, WorldConfig, to_yaml
+from fedmc_flwr.config import ExperimentConfig, PPOConfig, WorldConfig, learner_plan, to_yaml
 from fedmc_flwr.integrations.export import ExportError, export_checkpoint
 from fedmc_flwr.integrations.serving import OnnxPolicy
 from fedmc_flwr.policies.checkpoints import write_weights
@@ -38,7 +38,7 @@ def trained(
             num_envs=8, rollout_steps=32, num_minibatches=2, update_epochs=2, policy=request.param
         ),
     )
-    learner = PPOLearner(cfg, [0, 1, 2], seed=5)
+    learner = PPOLearner(learner_plan(cfg, [0, 1, 2]), seed=5)
     learner.train_round(96)
     run = tmp_path_factory.mktemp("run")
     (run / "config.yaml").write_text(to_yaml(cfg))

@@ -103,7 +103,7 @@ def test_a_training_round_in_a_fresh_process_never_imports_torch_dynamo() -> Non
         "from fedmc_flwr.config import load_config\n"
         "from fedmc_flwr.policies.ppo import PPOLearner\n"
         f"cfg = load_config({str(TINY)!r})\n"
-        "PPOLearner(cfg, [0], seed=0).train_round(cfg.ppo.rollout_steps)\n"
+        "PPOLearner(learner_plan(cfg, [0]), seed=0).train_round(cfg.ppo.rollout_steps)\n"
         "print('torch._dynamo' in sys.modules)\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO)

@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 from conftest import CONF, SMALL_DEMO, TINY_HETERO
 
-from fedmc_flwr.config import ConfigError, load_config, region_world, shares_one_estate
+from fedmc_flwr.config import (
+    ConfigError,
+    learner_plan,
+    load_config,
+    region_world,
+    shares_one_estate,
+)
 from fedmc_flwr.experiments.training import train
 from fedmc_flwr.policies.ppo import PPOLearner
 
@@ -22,11 +28,11 @@ def test_each_region_trains_in_an_estate_of_its_own_shape() -> None:
     ]
     assert shapes == [(2, 10), (3, 6), (5, 4)]
     assert not shares_one_estate(cfg) and shares_one_estate(load_config(SMALL_DEMO))
-    learners = [PPOLearner(cfg, [r], seed=r) for r in range(3)]
+    learners = [PPOLearner(learner_plan(cfg, [r]), seed=r) for r in range(3)]
     assert [learner.sim.num_actions for learner in learners] == [20, 18, 20]
     assert len({tuple(w.shape for w in learner.get_weights()) for learner in learners}) == 1
     with pytest.raises(ValueError, match="different shapes"):
-        PPOLearner(cfg, [0, 1], seed=0)
+        PPOLearner(learner_plan(cfg, [0, 1]), seed=0)
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from fedmc_flwr.config import (
     ConfigError,
     active_regions,
     join_round,
+    learner_plan,
     load_config,
     planned_steps,
     region_steps,
@@ -117,7 +118,7 @@ def test_a_client_leaves_its_late_region_out_until_it_joins_then_starts_it_from_
     _, steps, metrics = client.fit(global_weights, {**config, "server-round": 2})
     assert wire.regions(metrics) == [0, 1]
     assert wire.unpack(metrics, 1)["env_steps"] == cfg.ppo.num_envs * 16
-    joined = PPOLearner(cfg, [1], seed=0)
+    joined = PPOLearner(learner_plan(cfg, [1]), seed=0)
     joined.load(tmp_path / "state" / cfg.name / "europe-west9" / "round_002.npz")
     assert joined.global_step == cfg.ppo.num_envs * 16  # a fresh learner, one round old
     pooled = global_weights[len(joined.params)]  # the observation count the global held

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from test_ppo import tiny_cfg
 
-from fedmc_flwr.config import ExperimentConfig, WorldConfig, to_yaml
+from fedmc_flwr.config import ExperimentConfig, WorldConfig, learner_plan, to_yaml
 from fedmc_flwr.federation import client_app
 from fedmc_flwr.federation.client_app import experiment_from
 from fedmc_flwr.policies import privileged
@@ -110,15 +110,15 @@ def test_a_learner_starts_its_worlds_only_when_it_needs_them(
     tmp_path: Path, resets: list[int]
 ) -> None:
     cfg = tiny_cfg(privileged_critic=True)
-    trained = PPOLearner(cfg, [0, 1], seed=2)
+    trained = PPOLearner(learner_plan(cfg, [0, 1]), seed=2)
     assert resets == []  # built, not started
     trained.train_round(16)
     assert resets == [cfg.ppo.num_envs]
     trained.save(tmp_path / "state.npz")
     resets.clear()
-    resumed = PPOLearner(cfg, [0, 1], seed=2)
+    resumed = PPOLearner(learner_plan(cfg, [0, 1]), seed=2)
     resumed.load(tmp_path / "state.npz")
-    judged = PPOLearner(cfg, [0, 1], seed=2)
+    judged = PPOLearner(learner_plan(cfg, [0, 1]), seed=2)
     judged.set_weights(trained.get_weights())
     judged.policy()
     assert resets == []  # the loaded state replaces the start; judging needs no worlds
@@ -136,7 +136,7 @@ def test_a_learner_starts_its_worlds_only_when_it_needs_them(
 
 def test_a_late_start_gives_the_worlds_an_early_one_would() -> None:
     cfg = tiny_cfg()
-    learner = PPOLearner(cfg, [0, 1], seed=3)
+    learner = PPOLearner(learner_plan(cfg, [0, 1]), seed=3)
     seeds = [training_seed(learner.seed, k, 0) for k in range(cfg.ppo.num_envs)]
     sim = MultiCloudSim(cfg.world, cfg.reward, np.arange(cfg.ppo.num_envs) % 2)
     obs, mask = sim.reset(np.array(seeds, dtype=np.uint64))

@@ -9,7 +9,14 @@ import pytest
 import torch
 from conftest import SMALL_DEMO
 
-from fedmc_flwr.config import ConfigError, ExperimentConfig, PPOConfig, WorldConfig, load_config
+from fedmc_flwr.config import (
+    ConfigError,
+    ExperimentConfig,
+    PPOConfig,
+    WorldConfig,
+    learner_plan,
+    load_config,
+)
 from fedmc_flwr.policies.networks import (
     MASKED_LOGIT,
     ROW_WIDTH,
@@ -47,7 +54,7 @@ def random_batch(
 
 @pytest.mark.parametrize("kind", SIZE_AGNOSTIC)
 def test_size_agnostic_networks_have_the_same_parameters_on_every_estate(kind: str) -> None:
-    learners = [PPOLearner(small_cfg(kind, *shape), [0], seed=0) for shape in SHAPES]
+    learners = [PPOLearner(learner_plan(small_cfg(kind, *shape), [0]), seed=0) for shape in SHAPES]
     shapes = [[w.shape for w in learner.get_weights()] for learner in learners]
     assert shapes[0] == shapes[1]
     flat = [build_network("mlp", NODE_WIDTH * n + GLOBAL_WIDTH, n, 64, n) for n in (6, 15)]
@@ -58,7 +65,9 @@ def test_size_agnostic_networks_have_the_same_parameters_on_every_estate(kind: s
 
 @pytest.mark.parametrize("kind", SIZE_AGNOSTIC)
 def test_weights_trained_on_one_estate_act_and_train_on_another(kind: str) -> None:
-    small, large = (PPOLearner(small_cfg(kind, *shape), [0], seed=1) for shape in SHAPES)
+    small, large = (
+        PPOLearner(learner_plan(small_cfg(kind, *shape), [0]), seed=1) for shape in SHAPES
+    )
     small.train_round(16)
     large.set_weights(small.get_weights())
     for a, b in zip(large.get_weights(), small.get_weights(), strict=True):
@@ -166,7 +175,7 @@ def test_training_reads_only_the_chosen_regions_nodes() -> None:
     region's nodes (not the estate), and the update's log-probabilities from them are the
     ones the rollout sampled with; another region's node rows never enter the update."""
     regions, nodes = 4, 5
-    learner = PPOLearner(small_cfg("two-tier", regions, nodes), [0], seed=3)
+    learner = PPOLearner(learner_plan(small_cfg("two-tier", regions, nodes), [0]), seed=3)
     learner.norm.update(learner.obs)
     rollout = learner._collect(8, np.zeros(6))
     frames = 8 * learner.sim.num_envs
@@ -223,10 +232,10 @@ def test_two_tier_scores_follow_regions_and_nodes_not_their_indices() -> None:
 
 @pytest.mark.parametrize("kind", SIZE_AGNOSTIC)
 def test_checkpoint_restores_bit_for_bit(tmp_path: Path, kind: str) -> None:
-    learner = PPOLearner(small_cfg(kind, *SHAPES[0]), [0, 1], seed=2)
+    learner = PPOLearner(learner_plan(small_cfg(kind, *SHAPES[0]), [0, 1]), seed=2)
     learner.train_round(16)
     learner.save(tmp_path / "learner.npz")
-    twin = PPOLearner(small_cfg(kind, *SHAPES[0]), [0, 1], seed=9)
+    twin = PPOLearner(learner_plan(small_cfg(kind, *SHAPES[0]), [0, 1]), seed=9)
     twin.load(tmp_path / "learner.npz")
     learner.train_round(16)
     twin.train_round(16)
@@ -257,7 +266,7 @@ def test_pooling_gives_torch_means_numbers_and_gradients() -> None:
 def test_the_scorers_depth_is_a_config_key() -> None:
     deep_cfg, shallow_cfg = small_cfg("two-tier", 2, 3), small_cfg("two-tier", 2, 3)
     shallow_cfg.ppo.scorer_depth = 1
-    deep, shallow = (PPOLearner(cfg, [0], seed=0) for cfg in (deep_cfg, shallow_cfg))
+    deep, shallow = (PPOLearner(learner_plan(cfg, [0]), seed=0) for cfg in (deep_cfg, shallow_cfg))
     linears = [
         sum(isinstance(layer, torch.nn.Linear) for layer in learner.model.node_scorer)
         for learner in (deep, shallow)

@@ -9,7 +9,7 @@ import pytest
 from conftest import CONF
 
 from fedmc_flwr.analysis.statistics import stratified_mean
-from fedmc_flwr.config import ConfigError, ExperimentConfig, load_config
+from fedmc_flwr.config import ConfigError, ExperimentConfig, learner_plan, load_config
 from fedmc_flwr.evaluation import evaluate
 from fedmc_flwr.policies.heuristics import DISPATCHERS
 from fedmc_flwr.policies.ppo import PPOLearner
@@ -127,7 +127,7 @@ def test_the_default_learner_comes_within_two_percent_of_the_optimum() -> None:
     cfg = load_config(OPTIMUM, overrides)
     system = QueueingSystem.at_load(speeds, load, cap)
     best = optimal(system)
-    learner = PPOLearner(cfg, [0], learner_seed(cfg.seed))
+    learner = PPOLearner(learner_plan(cfg, [0]), learner_seed(cfg.seed))
     for k in range(cfg.train.rounds):
         learner.train_round(cfg.train.steps_per_round, imitate=k == 0)
     policy = learner.policy()

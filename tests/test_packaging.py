@@ -150,9 +150,43 @@ def test_a_conf_path_missing_here_is_taken_from_the_shipped_configs(
     own.parent.mkdir()
     own.write_text("name: mine\n")
     assert find_config("conf/small_demo.yaml") == Path("conf/small_demo.yaml")  # here wins
-    with pytest.raises(ConfigError, match="nor among the shipped configs"):
+    with pytest.raises(ConfigError, match="nor among the shipped configs") as unknown:
         find_config("conf/nope.yaml")
+    assert "conf/small_demo.yaml" in str(unknown.value)  # what ships, by the name to give
+    assert "conf/sweeps/" not in str(unknown.value)  # that folder's configs only
     assert find_config("elsewhere/nope.yaml") == Path("elsewhere/nope.yaml")  # load_config's
+
+
+def test_fedmc_sweep_finds_a_shipped_sweep_by_its_documented_name_from_any_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`fedmc sweep --config conf/sweeps/tiny.yaml` as the README gives it, from a directory
+    that holds no conf/: the package's sweep runs; an unknown name lists those that ship."""
+    from fedmc_flwr.experiments import sweep
+
+    monkeypatch.chdir(tmp_path)
+    given = []
+    monkeypatch.setattr(sweep, "main", lambda config, *args, **kwargs: given.append(config) or 0)
+    assert cli.main(["sweep", "--config", "conf/sweeps/tiny.yaml", "--summary-only"]) == 0
+    assert given == [CONF / "sweeps" / "tiny.yaml"]
+    assert cli.main(["sweep", "--config", "conf/sweeps/tiny_typo.yaml"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("fedmc sweep: config error: conf/sweeps/tiny_typo.yaml: no such")
+    shipped = sorted(f"conf/sweeps/{p.name}" for p in (CONF / "sweeps").glob("*.yaml"))
+    assert shipped and all(name in error for name in shipped), error
+    assert given == [CONF / "sweeps" / "tiny.yaml"] and error.count("\n") == 1
+
+
+def test_the_readme_says_what_every_extra_enables() -> None:
+    """Each extra of pyproject.toml is a row of the README's table of extras, so a new
+    extra cannot ship unexplained."""
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    rows = re.findall(
+        r"^\| `([a-z0-9-]+)` \| [^|]+ \| [^|]+ \|$", (REPO / "README.md").read_text(), re.M
+    )
+    assert sorted(extras) == sorted(rows)
 
 
 def test_version_and_the_config_default_in_the_help(capsys: pytest.CaptureFixture[str]) -> None:
@@ -163,6 +197,11 @@ def test_version_and_the_config_default_in_the_help(capsys: pytest.CaptureFixtur
     with pytest.raises(SystemExit):
         cli.main(["baselines", "--help"])
     assert "(default: conf/small_demo.yaml)" in " ".join(capsys.readouterr().out.split())
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "across machines: with RAY_ADDRESS=HEAD:PORT" in shown  # the multi-machine mode
+    assert "virtual clients (not machines)" in shown
 
 
 @pytest.mark.parametrize(

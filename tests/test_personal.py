@@ -9,7 +9,7 @@ import pytest
 from conftest import SMALL_DEMO
 from test_training import SHORT_TRAINING
 
-from fedmc_flwr.config import FederationConfig, load_config
+from fedmc_flwr.config import FederationConfig, learner_plan, load_config
 from fedmc_flwr.evaluation import evaluate
 from fedmc_flwr.federation.client_app import (
     adopt_global,
@@ -54,7 +54,7 @@ def test_a_region_with_its_own_statistics_never_takes_the_pooled_ones(tmp_path, 
     assert len(update) == len(initial_weights(cfg))  # the reply's layout is FedAvg's
     pooled = _with_statistics(update, count=1e9, mean=50.0)
     train_region(cfg, 0, pooled, 2, state)
-    learner = PPOLearner(cfg, [0], seed=0)
+    learner = PPOLearner(learner_plan(cfg, [0]), seed=0)
     learner.load(round_file(state_dir_of(state, cfg, 0), 2))
     own = learner.norm.total
     if personal:  # its own two rounds of observations only
@@ -69,12 +69,12 @@ def test_a_fine_tuned_region_is_judged_with_the_network_its_round_left(tmp_path)
     start = initial_weights(cfg)
     train_region(cfg, 0, start, 1, state)
     judged, _ = evaluate_region(cfg, 0, start, state, 1)
-    own = PPOLearner(cfg, [0], seed=0)
+    own = PPOLearner(learner_plan(cfg, [0]), seed=0)
     own.load(round_file(state_dir_of(state, cfg, 0), 1))
     expected = evaluate(lambda sim: own.policy("x"), cfg, 0)
     np.testing.assert_array_equal(judged.per_seed_reward, expected.per_seed_reward)
     global_only, _ = evaluate_region(cfg, 0, start)  # no state: the global policy
-    fresh = PPOLearner(cfg, [0], seed=0)
+    fresh = PPOLearner(learner_plan(cfg, [0]), seed=0)
     fresh.set_weights(start)
     reference = evaluate(lambda sim: fresh.policy("x"), cfg, 0)
     np.testing.assert_array_equal(global_only.per_seed_reward, reference.per_seed_reward)
@@ -86,7 +86,7 @@ def test_a_region_judged_on_its_own_statistics_reads_them_from_its_state(tmp_pat
     update, _ = train_region(cfg, 0, initial_weights(cfg), 1, state)
     pooled = _with_statistics(update, count=1e9, mean=50.0)
     judged, _ = evaluate_region(cfg, 0, pooled, state, 1)
-    own = PPOLearner(cfg, [0], seed=0)
+    own = PPOLearner(learner_plan(cfg, [0]), seed=0)
     own.load(round_file(state_dir_of(state, cfg, 0), 1))
     mine = own.norm.total, own.return_norm.total
     own.set_weights(pooled)
@@ -104,7 +104,7 @@ def test_a_region_with_its_own_critic_never_takes_the_global_one(tmp_path, local
     cfg = _tiny(tmp_path, f"federation.local_critic={str(local).lower()}")
     state = tmp_path / "state"
     first, _ = train_region(cfg, 0, initial_weights(cfg), 1, state)
-    learner = PPOLearner(cfg, [0], seed=0)
+    learner = PPOLearner(learner_plan(cfg, [0]), seed=0)
     learner.load(round_file(state_dir_of(state, cfg, 0), 1))
     critic = learner.critic_arrays()
     assert critic and len(critic) < len(learner.params)

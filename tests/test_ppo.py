@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedmc_flwr.config import ExperimentConfig, PPOConfig, WorldConfig
+from fedmc_flwr.config import ExperimentConfig, PPOConfig, WorldConfig, learner_plan
 from fedmc_flwr.policies.moments import MOMENT_ARRAYS, Moments
 from fedmc_flwr.policies.ppo import (
     STATISTICS,
@@ -46,7 +46,7 @@ def _network(learner: PPOLearner) -> list[np.ndarray]:
 
 
 def test_weights_round_trip_and_layout() -> None:
-    learner = PPOLearner(tiny_cfg(), [0, 1], seed=1)
+    learner = PPOLearner(learner_plan(tiny_cfg(), [0, 1]), seed=1)
     learner.train_round(16)
     weights = learner.get_weights()
     stats = weights[len(learner.params) :]
@@ -57,14 +57,14 @@ def test_weights_round_trip_and_layout() -> None:
     per_feature = (NODE_WIDTH + GLOBAL_WIDTH,)  # pooled over nodes: any estate, one size
     assert observation[0].shape == (1,) and observation[1].shape == per_feature
     assert returns[1].shape == (1,)
-    other = PPOLearner(tiny_cfg(), [0, 1], seed=2)
+    other = PPOLearner(learner_plan(tiny_cfg(), [0, 1]), seed=2)
     other.set_weights(weights)
     for a, b in zip(other.get_weights(), weights, strict=True):
         np.testing.assert_array_equal(a, b)
 
 
 def test_set_weights_names_the_bad_index() -> None:
-    learner = PPOLearner(tiny_cfg(), [0], seed=0)
+    learner = PPOLearner(learner_plan(tiny_cfg(), [0]), seed=0)
     weights = learner.get_weights()
     with pytest.raises(ValueError, match="expected"):
         learner.set_weights(weights[:-1])
@@ -74,7 +74,7 @@ def test_set_weights_names_the_bad_index() -> None:
 
 
 def test_train_round_reports_fixed_metrics() -> None:
-    learner = PPOLearner(tiny_cfg(), [0, 1], seed=0)
+    learner = PPOLearner(learner_plan(tiny_cfg(), [0, 1]), seed=0)
     metrics = learner.train_round(40)  # 16 + 16 + a shorter last rollout of 8
     assert set(metrics) == TRAIN_KEYS
     assert metrics["env_steps"] == 40 * 6
@@ -85,7 +85,7 @@ def test_train_round_reports_fixed_metrics() -> None:
 def test_same_seed_same_weights_and_other_seed_differs() -> None:
     runs = []
     for seed in (3, 3, 4):
-        learner = PPOLearner(tiny_cfg(), [0, 1], seed=seed)
+        learner = PPOLearner(learner_plan(tiny_cfg(), [0, 1]), seed=seed)
         metrics = learner.train_round(32)
         metrics.pop("steps_per_second")
         runs.append((learner.get_weights(), metrics))
@@ -96,11 +96,13 @@ def test_same_seed_same_weights_and_other_seed_differs() -> None:
 
 
 def test_save_load_resumes_bit_for_bit(tmp_path) -> None:
-    first = PPOLearner(tiny_cfg(), [0, 1], seed=5)
+    first = PPOLearner(learner_plan(tiny_cfg(), [0, 1]), seed=5)
     first.train_round(32)
     first.save(tmp_path / "learner.npz")
     expected = first.train_round(32)
-    resumed = PPOLearner(tiny_cfg(), [0, 1], seed=99)  # everything comes from the file
+    resumed = PPOLearner(
+        learner_plan(tiny_cfg(), [0, 1]), seed=99
+    )  # everything comes from the file
     resumed.load(tmp_path / "learner.npz")
     got = resumed.train_round(32)
     for a, b in zip(first.get_weights(), resumed.get_weights(), strict=True):
@@ -113,7 +115,7 @@ def test_save_load_resumes_bit_for_bit(tmp_path) -> None:
 
 
 def test_a_saved_states_weights_are_the_learners(tmp_path) -> None:
-    learner = PPOLearner(tiny_cfg(), [0, 1], seed=5)
+    learner = PPOLearner(learner_plan(tiny_cfg(), [0, 1]), seed=5)
     learner.train_round(32)
     learner.save(tmp_path / "learner.npz")
     with np.load(tmp_path / "learner.npz") as state:
@@ -124,8 +126,8 @@ def test_a_saved_states_weights_are_the_learners(tmp_path) -> None:
 
 
 def test_load_state_rejects_a_mismatched_learner() -> None:
-    state = PPOLearner(tiny_cfg(), [0], seed=0).state()
-    bigger = PPOLearner(tiny_cfg(hidden_size=32), [0], seed=0)
+    state = PPOLearner(learner_plan(tiny_cfg(), [0]), seed=0).state()
+    bigger = PPOLearner(learner_plan(tiny_cfg(hidden_size=32), [0]), seed=0)
     with pytest.raises(ValueError, match=r"param\.0"):
         bigger.load_state(state)
 
@@ -147,7 +149,7 @@ def test_proximal_term_changes_the_gradient_toward_the_anchor() -> None:
 def test_proximal_mu_keeps_a_round_closer_to_the_global_weights() -> None:
     distances = []
     for mu in (0.0, 50.0):
-        learner = PPOLearner(tiny_cfg(learning_rate=3e-3), [0, 1], seed=7)
+        learner = PPOLearner(learner_plan(tiny_cfg(learning_rate=3e-3), [0, 1]), seed=7)
         start = _network(learner)
         metrics = learner.train_round(48, proximal_mu=mu)
         end = _network(learner)
@@ -168,7 +170,7 @@ def test_gae_bootstraps_through_truncations() -> None:
 
 
 def test_greedy_policy_never_picks_a_masked_action() -> None:
-    learner = PPOLearner(tiny_cfg(), [0, 1], seed=0)
+    learner = PPOLearner(learner_plan(tiny_cfg(), [0, 1]), seed=0)
     sim = MultiCloudSim(learner.cfg.world, learner.cfg.reward, [0, 1, 0, 1])
     obs, mask = sim.reset(np.arange(4))
     mask = mask.copy()
@@ -194,7 +196,7 @@ def test_ppo_learns_to_keep_jobs_in_their_own_region() -> None:
     cfg = ExperimentConfig(
         world=world, ppo=PPOConfig(num_envs=8, rollout_steps=32, learning_rate=1e-3)
     )
-    learner = PPOLearner(cfg, [0, 1], seed=0)
+    learner = PPOLearner(learner_plan(cfg, [0, 1]), seed=0)
     for _ in range(8):
         learner.train_round(128)
     sim = MultiCloudSim(world, cfg.reward, [0, 1] * 4)
@@ -212,7 +214,7 @@ def test_ppo_learns_to_keep_jobs_in_their_own_region() -> None:
 def test_annealed_learning_rate_reaches_zero_at_the_planned_budget() -> None:
     cfg = tiny_cfg(anneal_lr=True)
     cfg.train.rounds, cfg.train.steps_per_round = 1, 32
-    learner = PPOLearner(cfg, [0, 1], seed=0)
+    learner = PPOLearner(learner_plan(cfg, [0, 1]), seed=0)
     before = _network(learner)
     learner.train_round(32)
     planned = _network(learner)
@@ -224,7 +226,7 @@ def test_annealed_learning_rate_reaches_zero_at_the_planned_budget() -> None:
 
 def test_an_update_carries_only_the_moments_seen_since_the_global_ones() -> None:
     """A region reports what it saw this round; the pooled moments stay the server's."""
-    learner = PPOLearner(tiny_cfg(), [0], seed=3)
+    learner = PPOLearner(learner_plan(tiny_cfg(), [0]), seed=3)
     learner.train_round(16)
     pooled = learner.get_weights()
     learner.set_weights(pooled)
@@ -239,7 +241,7 @@ def test_an_update_carries_only_the_moments_seen_since_the_global_ones() -> None
 
 def test_flags_one_hot_and_clock_are_not_standardised() -> None:
     """A feature constant inside a region (a local flag) must reach the network as is."""
-    learner = PPOLearner(tiny_cfg(), [1], seed=0)
+    learner = PPOLearner(learner_plan(tiny_cfg(), [1]), seed=0)
     learner.train_round(16)
     layout = learner.sim.layout
     x = learner.norm(learner.obs)

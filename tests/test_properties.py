@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from fedmc_flwr.cli import main
-from fedmc_flwr.config import load_config, to_yaml
+from fedmc_flwr.config import learner_plan, load_config, to_yaml
 from fedmc_flwr.errors import InputError
 from fedmc_flwr.integrations.config import IntegrationConfig, load_integration
 from fedmc_flwr.outputs import OutputError, output_dir, output_file
@@ -49,7 +49,10 @@ def experiment(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = root / cfg.name
     (out / "checkpoints").mkdir(parents=True)
     (out / "config.yaml").write_text(to_yaml(cfg))
-    write_weights(out / "checkpoints" / "round_001.npz", PPOLearner(cfg, [0], seed=0).get_weights())
+    write_weights(
+        out / "checkpoints" / "round_001.npz",
+        PPOLearner(learner_plan(cfg, [0]), seed=0).get_weights(),
+    )
     return out
 
 

@@ -7,7 +7,7 @@ import pytest
 from conftest import SMALL_DEMO, TINY_WORLD
 
 from fedmc_flwr import seeds
-from fedmc_flwr.config import load_config
+from fedmc_flwr.config import learner_plan, load_config
 from fedmc_flwr.policies.ppo import PPOLearner
 from fedmc_flwr.sim.world import MultiCloudSim
 
@@ -50,7 +50,7 @@ def test_every_world_a_learner_trains_on_is_a_training_seed(monkeypatch) -> None
         ],
     )
     for seed in (seeds.learner_seed(0), seeds.learner_seed(0, 1), 0, 1, 2):
-        learner = PPOLearner(cfg, [0, 1], seed)
+        learner = PPOLearner(learner_plan(cfg, [0, 1]), seed)
         learner.train_round(32)
     assert len(used) > 5 * 4 * 4  # the initial worlds and many restarts
     assert {seeds.space_of(s) for s in used} == {seeds.TRAIN}

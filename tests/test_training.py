@@ -10,7 +10,7 @@ from test_baselines import assert_ranked_and_paired
 from test_tracking import CLEANRL_TAGS, DISPATCHER_RUNS, HELD_OUT_TAGS, read_board
 
 from fedmc_flwr.cli import main
-from fedmc_flwr.config import ExperimentConfig, load_config
+from fedmc_flwr.config import ExperimentConfig, learner_plan, load_config
 from fedmc_flwr.experiments.training import _learners, matched_config, train
 from fedmc_flwr.federation.summary import last_round_table
 from fedmc_flwr.policies.heuristics import DISPATCHERS
@@ -72,7 +72,7 @@ def test_train_writes_the_tidy_rows_and_checkpoints(tmp_path, mode: str) -> None
         assert checkpoints == ["ppo-centralised.npz"]
     else:
         assert checkpoints == ["ppo-local-europe-west9.npz", "ppo-local-us-east1.npz"]
-    learner = PPOLearner(tiny(tmp_path), [0, 1], seed=123)
+    learner = PPOLearner(learner_plan(tiny(tmp_path), [0, 1]), seed=123)
     learner.load(path.parent / "checkpoints" / checkpoints[0])
     # Matched budgets: the centralised learner does the steps of the two regions' learners.
     assert learner.global_step == 2 * 32 * 4 * (2 if mode == "centralised" else 1)

@@ -8,12 +8,21 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from test_baselines import assert_ranked_and_paired
 
 from fedmc_flwr.cli import main
-from fedmc_flwr.config import ConfigError, ExperimentConfig, PPOConfig, WorldConfig, to_yaml
+from fedmc_flwr.config import (
+    ConfigError,
+    ExperimentConfig,
+    PPOConfig,
+    WorldConfig,
+    learner_plan,
+    to_yaml,
+)
 from fedmc_flwr.evaluation import evaluate
 from fedmc_flwr.experiments.transfer import POLICY, run_transfer
 from fedmc_flwr.policies.checkpoints import read_checkpoint, write_weights
+from fedmc_flwr.policies.heuristics import DISPATCHERS
 from fedmc_flwr.policies.ppo import PPOLearner
 from fedmc_flwr.sim.signals import region_catalogue
 
@@ -30,7 +39,7 @@ def trained_run(folder: Path, policy: str, saved_learner: bool = False, seed: in
         world=WorldConfig(regions=2, nodes_per_region=3),
         ppo=PPOConfig(num_envs=8, rollout_steps=32, num_minibatches=2, policy=policy),
     )
-    learner = PPOLearner(cfg, [0, 1], seed=seed)
+    learner = PPOLearner(learner_plan(cfg, [0, 1]), seed=seed)
     learner.train_round(64)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.yaml").write_text(to_yaml(cfg))
@@ -49,16 +58,27 @@ def target_config(results: Path) -> ExperimentConfig:
     return cfg
 
 
-def test_a_node_scorer_acts_unchanged_on_a_bigger_estate(tmp_path: Path) -> None:
+def test_a_node_scorer_acts_unchanged_on_a_bigger_estate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Trained on 2 x 3 nodes, judged on 4 x 5 beside every dispatcher: each of its
-    per-world rewards is what the same weights earn on that estate's held-out worlds."""
+    per-world rewards is what the same weights earn on that estate's held-out worlds, and
+    the table is `fedmc run`'s, its title naming the run, round and seed it came from."""
     ckpt = trained_run(tmp_path, "node-scorer")
     target = target_config(tmp_path / "results")
     rows = pd.read_csv(run_transfer(ckpt, target) / "per_seed.csv")
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == (
+        "source-node-scorer-s0's policy after round 1 (training seed 0), unchanged as "
+        "ppo-transfer, and the dispatchers on target's held-out worlds, mean over regions:"
+    )
+    assert_ranked_and_paired(out, {POLICY, *DISPATCHERS})
+    assert "(one training seed)" in out
     assert set(rows.policy) >= {POLICY, "sed", "two-tier", "myopic-oracle"}
     assert (rows.groupby("policy").size() == 4 * 3).all()  # 4 regions x 3 worlds each
     learner = PPOLearner(
-        ExperimentConfig(world=TARGET, ppo=PPOConfig(policy="node-scorer")), [0], seed=0
+        learner_plan(ExperimentConfig(world=TARGET, ppo=PPOConfig(policy="node-scorer")), [0]),
+        seed=0,
     )
     learner.set_weights(read_checkpoint(ckpt))
     policy = learner.policy(POLICY)

@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 from test_ppo import tiny_cfg
 
-from fedmc_flwr.config import IMITATION_TEACHERS, ConfigError, learner_world, load_config
+from fedmc_flwr.config import (
+    IMITATION_TEACHERS,
+    ConfigError,
+    learner_plan,
+    learner_world,
+    load_config,
+)
 from fedmc_flwr.evaluation import evaluate
 from fedmc_flwr.policies import privileged
 from fedmc_flwr.policies.heuristics import DISPATCHERS, ORACLES, SEDPolicy
@@ -38,8 +44,8 @@ def _agreement_with_sed(learner: PPOLearner, seed: int) -> float:
 def test_imitating_sed_makes_the_actor_choose_as_sed_does() -> None:
     cfg = tiny_cfg(num_envs=16, imitation_steps=256, update_epochs=4, learning_rate=3e-3)
     cfg = replace(cfg, train=replace(cfg.train, steps_per_round=256))
-    imitated = PPOLearner(cfg, [0], seed=0)
-    fresh = PPOLearner(cfg, [0], seed=0)
+    imitated = PPOLearner(learner_plan(cfg, [0]), seed=0)
+    fresh = PPOLearner(learner_plan(cfg, [0]), seed=0)
     before = _agreement_with_sed(fresh, seed=100)
     imitated.train_round(256, imitate=True)
     after = _agreement_with_sed(imitated, seed=100)
@@ -53,7 +59,7 @@ def test_imitating_sed_makes_the_actor_choose_as_sed_does() -> None:
 def test_imitation_takes_the_first_steps_of_the_round_only_when_asked() -> None:
     cfg = tiny_cfg(imitation_steps=32)
     cfg = replace(cfg, train=replace(cfg.train, steps_per_round=64))
-    learner = PPOLearner(cfg, [0], seed=0)
+    learner = PPOLearner(learner_plan(cfg, [0]), seed=0)
     stats = learner.train_round(64, imitate=True)
     assert stats["env_steps"] == 64 * cfg.ppo.num_envs  # the budget holds the imitation
     kinds = [
@@ -62,7 +68,7 @@ def test_imitation_takes_the_first_steps_of_the_round_only_when_asked() -> None:
     ]
     assert kinds[:2] == ["imitation", "imitation"]  # 32 steps = 2 rollouts of 16
     assert "ppo" in kinds[2:]
-    again = PPOLearner(cfg, [0], seed=0)
+    again = PPOLearner(learner_plan(cfg, [0]), seed=0)
     again.train_round(64)  # not asked: PPO from the first step
     assert any(u["approx_kl"] != 0.0 for u in again.updates[:2])
 
@@ -83,7 +89,7 @@ def test_a_bad_training_aid_is_one_config_error(override: str, message: str) -> 
 
 def test_the_privileged_critic_reads_the_worlds_hidden_state() -> None:
     cfg = tiny_cfg(privileged_critic=True)
-    learner = PPOLearner(cfg, [0, 1], seed=0)
+    learner = PPOLearner(learner_plan(cfg, [0, 1]), seed=0)
     hidden = privileged.privileged_inputs(learner.sim)
     state, mean_job = learner.sim.state, learner.sim.spec.mean_service_s
     assert hidden.shape == (cfg.ppo.num_envs, privileged.WIDTH) == (6, 4)
@@ -93,7 +99,7 @@ def test_the_privileged_critic_reads_the_worlds_hidden_state() -> None:
     assert (hidden[:, 2] >= hidden[:, 1]).all()
     np.testing.assert_allclose(hidden[:, 3], state.backlog.mean(axis=1) / (10 * mean_job), 1e-6)
     # Only the critic grows: the actor's arrays are those of a learner without it.
-    plain = PPOLearner(tiny_cfg(), [0, 1], seed=0)
+    plain = PPOLearner(learner_plan(tiny_cfg(), [0, 1]), seed=0)
     ours, theirs = learner.model, plain.model
     assert ours.critic[0].in_features == theirs.critic[0].in_features + privileged.WIDTH
     for tier in ("region_scorer", "node_scorer"):
@@ -103,7 +109,7 @@ def test_the_privileged_critic_reads_the_worlds_hidden_state() -> None:
 
 def test_a_privileged_learner_trains_and_its_policy_acts_on_the_observation_alone() -> None:
     cfg = tiny_cfg(privileged_critic=True)
-    learner = PPOLearner(cfg, [0, 1], seed=0)
+    learner = PPOLearner(learner_plan(cfg, [0, 1]), seed=0)
     stats = learner.train_round(32)
     assert np.isfinite(stats["value_loss"])
     judged = replace(cfg, eval=replace(cfg.eval, seeds=2, steps=50))

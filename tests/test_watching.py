@@ -6,7 +6,7 @@ import numpy as np
 from conftest import SMALL_DEMO, TINY_WORLD
 
 from fedmc_flwr.analysis.ppo_update import watch_one_update
-from fedmc_flwr.config import load_config
+from fedmc_flwr.config import learner_plan, load_config
 from fedmc_flwr.experiments.destinations import where_jobs_go
 from fedmc_flwr.policies.heuristics import DISPATCHERS
 from fedmc_flwr.policies.ppo import PPOLearner
@@ -17,8 +17,8 @@ SMALL = [*TINY_WORLD, "ppo.num_envs=4", "ppo.rollout_steps=16", "eval.seeds=3", 
 
 def test_watching_an_update_sees_the_learners_own_update_and_leaves_it_trained() -> None:
     cfg = load_config(SMALL_DEMO, SMALL)
-    learner = PPOLearner(cfg, [0], seed=3)
-    twin = PPOLearner(cfg, [0], seed=3)
+    learner = PPOLearner(learner_plan(cfg, [0]), seed=3)
+    twin = PPOLearner(learner_plan(cfg, [0]), seed=3)
     watched = watch_one_update(learner)
     twin.train_round(cfg.ppo.rollout_steps)
     for mine, theirs in zip(learner.get_weights(), twin.get_weights(), strict=True):

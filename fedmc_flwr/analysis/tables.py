@@ -3,9 +3,10 @@
 Its columns are `fedmc_flwr.metrics`' titles, so the table and `fedmc report` name each
 statistic alike: cost, carbon and energy are means per job, and "per-world p95" is the
 mean over held-out worlds of each world's 95th percentile of latency, as in the report.
-`last_round_table` is what a run that wrote metrics.csv (or baselines.csv) and
-per_seed.csv prints at its end: every policy of its last round, best reward first, each
-paired against SED and the two-tier heuristic on the same held-out worlds.
+`policy_table` is what each of them prints (a run from its metrics.csv and per_seed.csv
+through `last_round_table`): every policy, best reward first, each paired against SED and
+the two-tier heuristic on the same held-out worlds, under a title that says what was
+evaluated.
 
 A row judged on fewer regions' worlds than the others (a federated learner whose region
 failed the last round's evaluation, beside dispatchers judged everywhere) is marked `*`,
@@ -173,31 +174,52 @@ def format_table(
 
 PAIRED_NOTE = (
     "reward: higher is better. vs X: reward minus X's on the same held-out worlds, "
-    "± 95% CI over those worlds (one training seed)."
+    "± 95% CI over those worlds"
 )
 
 
+def policy_table(
+    title: str,
+    rows: Sequence[Mapping[str, object]],
+    per_seed: pd.DataFrame | None,
+    why: Mapping[str, str] | None = None,
+    *,
+    trained: bool = True,
+) -> str:
+    """The table every command that evaluates policies prints (`run`, `train`,
+    `baselines`, `transfer`): `title`, then the `client="all"` rows of `rows` (metrics.csv's
+    columns, the per-region rows beside them) best reward first, each paired against
+    `PAIRED_BASELINES` on the same held-out worlds from `per_seed` (per_seed.csv's rows),
+    and the note that says how to read it, "(one training seed)" where a policy was
+    `trained`. A row judged on fewer regions than the others is marked, with the reasons
+    in `why` (region -> reason) under the table."""
+    rewards = [float(row["reward"]) for row in rows]  # type: ignore[arg-type]
+    order = sorted(range(len(rows)), key=lambda k: (math.isnan(rewards[k]), -rewards[k]))
+    ranked = [rows[k] for k in order]  # best first, a row without a reward last
+    paired = None if per_seed is None else paired_against(per_seed, PAIRED_BASELINES)
+    table = format_table([dict(row) for row in ranked], paired, why)
+    scope = " (one training seed)." if trained else "."
+    note = f"\n{PAIRED_NOTE}{scope}" if paired else ""
+    return f"{title}\n{table}{note}"
+
+
 def last_round_table(csv_path: Path) -> str:
-    """The last round's held-out evaluation of a metrics.csv (or baselines.csv) over all
-    regions, best reward first, with each policy's paired difference against
-    `PAIRED_BASELINES` from the per-world rewards in per_seed.csv beside it, so the table
-    carries its own evidence. A policy judged on fewer regions than the others (a region
-    left out of the round's evaluation) is marked, with the regions and the reasons of
-    their `failed` rows under the table."""
+    """The last round's held-out evaluation of a metrics.csv over all regions
+    (`policy_table`), with per_seed.csv beside it for the vs columns and the round's
+    `failed` rows for the reasons a region was left out."""
     frame = pd.read_csv(csv_path, dtype={"client": str})
     evals = frame[frame["phase"] == "eval"]
     last = int(evals["round"].max())
-    rows = evals[evals["round"] == last].sort_values("reward", ascending=False, kind="stable")
+    rows = evals[evals["round"] == last].drop(columns=["reason"], errors="ignore")
     failed = frame[(frame["phase"] == "failed") & (frame["round"] == last)]
     why = failed.astype({"reason": str}).groupby("client")["reason"].agg("; ".join).to_dict()
     per_seed = csv_path.parent / PER_SEED_FILE
-    paired = (
-        paired_against(read_per_seed(per_seed), PAIRED_BASELINES) if per_seed.is_file() else None
+    return policy_table(
+        f"round {last}, held-out evaluation, mean over regions:",
+        rows.to_dict("records"),
+        read_per_seed(per_seed) if per_seed.is_file() else None,
+        why,
     )
-    records = rows.drop(columns=["reason"], errors="ignore").to_dict("records")
-    table = format_table(records, paired, why)
-    note = f"\n{PAIRED_NOTE}" if paired else ""
-    return f"round {last}, held-out evaluation, mean over regions:\n{table}{note}"
 
 
 def duration(seconds: float) -> str:

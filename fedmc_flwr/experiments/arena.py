@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedmc_flwr.config import ExperimentConfig, shares_one_estate
+from fedmc_flwr.config import ExperimentConfig, learner_plan, shares_one_estate
 from fedmc_flwr.evaluation import rollout
 from fedmc_flwr.policies.base import Policy
 from fedmc_flwr.seeds import arena_seeds, heldout_phases
@@ -128,7 +128,7 @@ def trained_policies(
     regions = [region.name for region in region_catalogue(cfg.world.regions)]
 
     def greedy(path: Path) -> Policy:
-        learner = PPOLearner(cfg, [0], seed=0)
+        learner = PPOLearner(learner_plan(cfg, [0]), seed=0)
         learner.set_weights(read_checkpoint(path))
         return learner.policy(name)
 

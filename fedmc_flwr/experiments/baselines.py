@@ -5,15 +5,16 @@ metrics.csv, so the learners' evaluation rows and these compare in one table or 
 every held-out world's values to `per_seed.csv` beside it (round 0), for paired
 comparisons (`fedmc report`). The `-baselines` suffix keeps them from overwriting the
 federated run's files in `results/<experiment>/`. The printed table is `fedmc run`'s
-(`tables.last_round_table`): best first, each dispatcher paired against SED and the
-two-tier heuristic on the same held-out worlds.
+(`tables.policy_table`): best first, each dispatcher paired against SED and the two-tier
+heuristic on the same held-out worlds; its title says it holds the dispatchers alone, with
+no round and no training seed.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from fedmc_flwr.analysis.tables import last_round_table
+from fedmc_flwr.analysis.tables import policy_table
 from fedmc_flwr.config import ExperimentConfig
 from fedmc_flwr.evaluation import evaluate_dispatchers, per_seed_rows, summary_rows
 from fedmc_flwr.outputs import output_dir
@@ -23,6 +24,7 @@ from fedmc_flwr.results import (
     experiment_dir,
     experiment_path,
     per_seed_writer,
+    read_per_seed,
 )
 from fedmc_flwr.sim.signals import region_catalogue
 
@@ -40,7 +42,9 @@ def run_baselines(cfg: ExperimentConfig) -> Path:
     writer = MetricsWriter(path, columns=COLUMNS)
     writer.write({"experiment": cfg.name, "round": 0, "phase": "eval", **row} for row in rows)
     key = {"experiment": cfg.name, "train_seed": cfg.seed, "round": 0, "train_steps": 0}
-    per_seed_writer(out).write(per_seed_rows(results, names, **key))
-    print(last_round_table(path))
+    per_seed = per_seed_writer(out)
+    per_seed.write(per_seed_rows(results, names, **key))
+    title = f"the dispatchers on {cfg.name}'s held-out worlds, mean over regions:"
+    print(policy_table(title, rows, read_per_seed(per_seed.path), trained=False))
     print(f"wrote {path}")
     return path

@@ -34,7 +34,6 @@ from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pandas as pd
-from tqdm import tqdm
 
 from fedmc_flwr.analysis.report import (
     FIXED,
@@ -48,6 +47,7 @@ from fedmc_flwr.config import ConfigError, shares_one_estate
 from fedmc_flwr.errors import RunFailure
 from fedmc_flwr.federation.drift import DRIFT_FILE
 from fedmc_flwr.outputs import output_dir
+from fedmc_flwr.progress_bars import progress_bar
 from fedmc_flwr.results import (
     PER_SEED_COLUMNS,
     PER_SEED_FILE,
@@ -150,7 +150,7 @@ def run_sweep(sweep: Sweep, progress: bool = True, jobs: int = 1) -> list[Cell]:
         return sweep.out_dir / "logs" / f"{cell.out_dir.name}.log"
 
     bar_file = os.fdopen(os.dup(2), "w")
-    with bar_file, tqdm(total=len(todo), disable=not progress, file=bar_file, unit="cell") as bar:
+    with bar_file, progress_bar(len(todo), "cell", file=bar_file, disable=not progress) as bar:
         if jobs == 1:
             for cell in todo:
                 bar.set_description(cell.label)
@@ -275,9 +275,7 @@ def arena_frame(sweep: Sweep, seeds: list[int], progress: bool = True) -> pd.Dat
     dispatchers = sweep.out_dir / "arena" / arena.ARENA_FILE
     todo = [cell for cell in cells if not (cell.out_dir / arena.ARENA_FILE).is_file()]
     todo_dispatchers = not dispatchers.is_file()
-    with tqdm(
-        total=len(todo) + todo_dispatchers, disable=not progress, file=sys.stderr, unit="run"
-    ) as bar:
+    with progress_bar(len(todo) + todo_dispatchers, "run", disable=not progress) as bar:
         for cell in todo:
             bar.set_description(f"arena: {cell.label}")
             last = read_per_seed(cell.out_dir / PER_SEED_FILE)

@@ -46,6 +46,7 @@ from fedmc_flwr.config import (
     ExperimentConfig,
     active_regions,
     at_round,
+    learner_plan,
     region_steps,
     shares_one_estate,
     to_yaml,
@@ -75,9 +76,15 @@ def _learners(cfg: ExperimentConfig, mode: str) -> dict[str, PPOLearner]:
     """Learners keyed by the metrics.csv client they train for ('all' or a region name)."""
     regions = list(range(cfg.world.regions))
     if mode == "centralised":
-        return {"all": PPOLearner(matched_config(cfg, mode), regions, learner_seed(cfg.seed))}
+        return {
+            "all": PPOLearner(
+                learner_plan(matched_config(cfg, mode), regions), learner_seed(cfg.seed)
+            )
+        }
     names = [region.name for region in region_catalogue(cfg.world.regions)]
-    return {names[r]: PPOLearner(cfg, [r], learner_seed(cfg.seed, r)) for r in regions}
+    return {
+        names[r]: PPOLearner(learner_plan(cfg, [r]), learner_seed(cfg.seed, r)) for r in regions
+    }
 
 
 def _into_round(

@@ -4,9 +4,10 @@ A two-tier network's (and a node scorer's) parameters and statistics do not depe
 estate's size, so the global weights of a run on small_demo act as they are on 10 x 20 or
 20 x 50 nodes. The
 policy is judged on the target estate's held-out worlds, next to every dispatcher there,
-and written as `per_seed.csv` (the schema `fedmc report` pairs). One folder per trained
-run, `<target>-transfer-<source>`: `fedmc report` over the folders of several training
-seeds gives the paired intervals over seeds and worlds.
+and written as `per_seed.csv` (the schema `fedmc report` pairs); the printed table is
+`fedmc run`'s (`tables.policy_table`), paired against SED and the two-tier heuristic.
+One folder per trained run, `<target>-transfer-<source>`: `fedmc report` over the folders
+of several training seeds gives the paired intervals over seeds and worlds.
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from fedmc_flwr.analysis.tables import format_table
-from fedmc_flwr.config import ConfigError, ExperimentConfig, load_config, to_yaml
+from fedmc_flwr.analysis.tables import policy_table
+from fedmc_flwr.config import ConfigError, ExperimentConfig, learner_plan, load_config, to_yaml
 from fedmc_flwr.evaluation import evaluate, evaluate_dispatchers, per_seed_rows, summary_rows
 from fedmc_flwr.policies.checkpoints import read_checkpoint, round_of, run_config
 from fedmc_flwr.policies.ppo import PPOLearner
-from fedmc_flwr.results import experiment_dir, per_seed_writer, record_provenance
+from fedmc_flwr.results import experiment_dir, per_seed_writer, read_per_seed, record_provenance
 from fedmc_flwr.sim.signals import region_catalogue
 
 POLICY = "ppo-transfer"
@@ -51,7 +52,7 @@ def run_transfer(checkpoint: Path, target: ExperimentConfig) -> Path:
     weights = read_checkpoint(checkpoint)
     source = load_config(run_config(checkpoint))
     cfg = transferred_config(source, target)
-    learner = PPOLearner(cfg, [0], seed=0)
+    learner = PPOLearner(learner_plan(cfg, [0]), seed=0)
     try:
         learner.set_weights(weights)
     except ValueError as exc:
@@ -72,7 +73,13 @@ def run_transfer(checkpoint: Path, target: ExperimentConfig) -> Path:
     key = {"experiment": cfg.name, "train_seed": source.seed}
     rows = per_seed_rows(transferred, names, **key, round=rounds, train_steps=steps)
     rows += per_seed_rows(dispatchers, names, **key, round=0, train_steps=0)
-    per_seed_writer(out).write(rows)
-    print(format_table(summary_rows([*transferred, *dispatchers], names)))
-    print(f"wrote {out / 'per_seed.csv'}")
+    per_seed = per_seed_writer(out)
+    per_seed.write(rows)
+    title = (
+        f"{source.name}'s policy after round {rounds} (training seed {source.seed}), unchanged "
+        f"as {POLICY}, and the dispatchers on {cfg.name}'s held-out worlds, mean over regions:"
+    )
+    table = summary_rows([*transferred, *dispatchers], names)
+    print(policy_table(title, table, read_per_seed(per_seed.path)))
+    print(f"wrote {per_seed.path}")
     return out

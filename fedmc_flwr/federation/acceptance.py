@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from fedmc_flwr.config import ExperimentConfig
+from fedmc_flwr.config import ExperimentConfig, learner_plan
 from fedmc_flwr.evaluation import evaluate
 from fedmc_flwr.federation.aggregation import AGGREGATIONS, Score, Weights
 from fedmc_flwr.federation.wire import policy_name
@@ -37,7 +37,7 @@ def server_score(cfg: ExperimentConfig) -> Score:
         ),
     )
     learners = [
-        PPOLearner(judged, [region], seed=learner_seed(cfg.seed, region))
+        PPOLearner(learner_plan(judged, [region]), seed=learner_seed(cfg.seed, region))
         for region in range(cfg.world.regions)
     ]
     name = policy_name(federation)

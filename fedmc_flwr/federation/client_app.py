@@ -40,8 +40,8 @@ from fedmc_flwr.config import (
     ExperimentConfig,
     FederationConfig,
     active_regions,
-    at_round,
     join_round,
+    learner_plan,
     region_steps,
     regions_of,
 )
@@ -94,9 +94,9 @@ def train_region(
     saved before this round (see the module docstring), or start a fresh one if the region
     has none yet (it failed every round so far, or its node is new). A fresh learner takes
     the global weights and statistics: a late region starts where the federation is. Its
-    worlds are this round's (`at_round`: a drifting region's change of workload).
+    worlds are this round's (`learner_plan`: a drifting region's change of workload).
     """
-    learner = PPOLearner(at_round(cfg, server_round), [region], learner_seed(cfg.seed, region))
+    learner = PPOLearner(learner_plan(cfg, [region], server_round), learner_seed(cfg.seed, region))
     folder = state_dir_of(state_dir, cfg, region)
     earlier = [r for r in saved_rounds(folder) if r < server_round] if server_round > 1 else []
     if earlier:
@@ -157,7 +157,7 @@ def evaluate_region(
     """The region's policy on its held-out seeds, and the seconds it took: the global one,
     but for what the region keeps for itself (`adopt_global`), read from its newest state
     up to `server_round` under `state_dir` (None: the global policy as it is)."""
-    learner = PPOLearner(cfg, [region], seed=learner_seed(cfg.seed, region))
+    learner = PPOLearner(learner_plan(cfg, [region]), seed=learner_seed(cfg.seed, region))
     personal = cfg.federation.personal_statistics or cfg.federation.fine_tuned
     saved = []
     if personal and state_dir is not None:

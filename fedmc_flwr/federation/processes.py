@@ -194,13 +194,26 @@ def reap(registry: Path) -> int:
     through the members' PIDs and session ids, which nobody else can hold this soon;
     `stop_stale`, perhaps hours later, signals only the members it knows."""
     try:
-        saved = json.loads(registry.read_text())["family"]
-        members = {int(pid): float(t) for pid, t in saved.items()}
+        members = _members(registry)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return 0
-    family = FlowerProcesses()
     # dead members stay: their session ids still mark their descendants, now init's
-    family.family = members
+    stopped = _stop_family(members)
+    registry.unlink(missing_ok=True)
+    return stopped
+
+
+def _members(registry: Path) -> dict[int, float]:
+    """pid -> start time of the family a registry (or a PID file) holds."""
+    saved = json.loads(registry.read_text())["family"]
+    return {int(pid): float(t) for pid, t in saved.items()}
+
+
+def _stop_family(members: dict[int, float]) -> int:
+    """Stop `members` and every process that joins them (children and session members of
+    members), this one excepted; how many were alive."""
+    family = FlowerProcesses()
+    family.family = dict(members)
     me = os.getpid()
 
     def refresh() -> None:
@@ -210,8 +223,38 @@ def reap(registry: Path) -> int:
     refresh()
     left = family.alive()
     _terminate(left, refresh, family.alive)
-    registry.unlink(missing_ok=True)
     return len(left)
+
+
+def record_pid(pid_file: Path, pid: int) -> None:
+    """`pid` and its start time into `pid_file`, for `stop_recorded` to stop it later from
+    another process; in the registry's layout."""
+    write_json(pid_file, {"family": {str(pid): psutil.Process(pid).create_time()}})
+
+
+def recorded_alive(pid_file: Path) -> list[int]:
+    """The recorded process, if it still runs (same PID, same start time); [] when it has
+    ended or nothing readable is recorded."""
+    try:
+        return _alive(_members(pid_file))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return []
+
+
+def stop_recorded(pid_file: Path) -> int:
+    """Stop the process `record_pid` wrote into `pid_file` and what it started that still
+    runs, then remove the file; how many processes were stopped (0: it had ended).
+
+    Nothing else is signalled: a process that took its port, or its PID, since is not its,
+    and a recorded process that has ended marks no family (its PID may be another's now).
+    FileNotFoundError when there is no such file."""
+    if not pid_file.is_file():
+        raise FileNotFoundError(pid_file)
+    alive = recorded_alive(pid_file)
+    members = {pid: t for pid, t in _members(pid_file).items() if pid in alive} if alive else {}
+    stopped = _stop_family(members) if members else 0
+    pid_file.unlink(missing_ok=True)
+    return stopped
 
 
 def guard_main(registry: Path, owner: str) -> None:

@@ -50,7 +50,7 @@ from flwr.common.logger import log
 from flwr.server import Grid, ServerApp, ServerAppComponents, ServerConfig
 from flwr.server.compat import start_grid
 
-from fedmc_flwr.config import ExperimentConfig, join_round, load_config, to_yaml
+from fedmc_flwr.config import ExperimentConfig, join_round, learner_plan, load_config, to_yaml
 from fedmc_flwr.errors import InputError
 from fedmc_flwr.federation.acceptance import rule_score
 from fedmc_flwr.federation.console import number_rounds_from, quiet_flower
@@ -114,7 +114,7 @@ def initial_weights(cfg: ExperimentConfig) -> list[np.ndarray]:
     """Round 1's global weights: a fresh learner seeded by the experiment. Its network
     does not depend on which regions it would train on (region 0's estate serves, also
     when the regions' estates differ), and its statistics are still empty."""
-    return PPOLearner(cfg, [0], seed=learner_seed(cfg.seed)).get_weights()
+    return PPOLearner(learner_plan(cfg, [0]), seed=learner_seed(cfg.seed)).get_weights()
 
 
 def node_partitions(grid: Grid, run_config: dict[str, Scalar]) -> Partitions:

@@ -4,7 +4,8 @@ results and its last round's table printed.
 `fedmc run` prints it once the run's status says completed; under a plain `flwr run`,
 where no `fedmc` process waits for the run, the ServerApp prints it when the run ends
 (its output reaches `flwr run --stream` and `flwr log`), so both end the same way. The
-table is the one `fedmc train` and `fedmc baselines` print too (`tables.last_round_table`).
+table is the one `fedmc train` prints too (`tables.last_round_table`), and its rows are
+`tables.policy_table`'s, as `fedmc baselines` and `fedmc transfer` print them.
 """
 
 from __future__ import annotations

@@ -5,6 +5,10 @@ private Flower home whose `config.toml` names one connection to it, and `flwr` C
 with JSON output. Everything here runs Flower's own programs from this environment's
 `bin` directory, with runtime dependency installation, telemetry and update checks off.
 
+`flwr run .` (the README's Flower CLI) uses Flower's managed local SuperLink; the one
+`start_local_superlink` starts in its place keeps Flower's home, Ray's token and the PID
+file that `stop_local_superlink` stops it by inside the project.
+
 The SuperLink listens on 127.0.0.1 only. The simulation engine's Ray cluster, started
 inside Flower with arguments this package cannot pass, is held to loopback and locked by
 the environment it inherits (`RAY_ENV`, `ray_token`; docs/security.md has the evidence).
@@ -26,9 +30,14 @@ from pathlib import Path
 
 import httpx
 
-from fedmc_flwr.errors import RunFailure
+from fedmc_flwr.errors import InputError, RunFailure
 from fedmc_flwr.federation.credentials import TlsFiles
-from fedmc_flwr.federation.processes import FlowerProcesses
+from fedmc_flwr.federation.processes import (
+    FlowerProcesses,
+    record_pid,
+    recorded_alive,
+    stop_recorded,
+)
 
 CONNECTION = "fedmc"
 """Name of the SuperLink connection in the private Flower home."""
@@ -261,3 +270,100 @@ def flwr(args: list[str], env: dict[str, str], cwd: Path) -> dict:
         message = str(reply.get("error-message", "")).strip().splitlines() or ["no message"]
         raise RunError(f"flwr {' '.join(args[:2])} failed: {message[-1]}")
     return reply
+
+
+LOCAL_PID_FILE = "local-superlink.pid"
+"""In the Flower home: the local SuperLink `start_local_superlink` started, and when."""
+
+
+class SuperLinkNotRecorded(InputError, RuntimeError):
+    """`fedmc stop-superlink` with no SuperLink recorded in the Flower home."""
+
+
+def local_home() -> Path:
+    """The Flower home `flwr run .` uses: `$FLWR_HOME`, as Flower reads it, else `.flwr` in
+    the working directory (the project's, where the README exports it), never the user's
+    home directory."""
+    return Path(os.environ.get("FLWR_HOME") or ".flwr").expanduser().resolve()
+
+
+def start_local_superlink(home: Path) -> tuple[int, Connection]:
+    """Start the SuperLink `flwr run .` would start itself (Flower's managed local one: its
+    port, Control API and arguments), with what Flower's own start leaves out: Flower's
+    files, Ray's token (`ray_settings`) and the PID file in `home`, no runtime install of
+    the app's dependencies. Its ServerApps start in the working directory, as under
+    `flwr run`. The PID and the connection once it is healthy.
+
+    RunError when `home` already records a live one, or when something else answers on
+    the port (`flwr run .` would use that one instead)."""
+    from flwr.cli.constant import LOCAL_CONTROL_API_ADDRESS, LOCAL_SUPERLINK_HTTP_API_PORT
+
+    pid_file = home / LOCAL_PID_FILE
+    if recorded_alive(pid_file):
+        raise RunError(f"{home} already has a running SuperLink; fedmc stop-superlink stops it")
+    connection = Connection("127.0.0.1", int(LOCAL_SUPERLINK_HTTP_API_PORT))
+    if _answers(connection):
+        raise RunError(
+            f"{connection.address} already answers as a SuperLink not started here, which "
+            "flwr run . would use; stop it, or move both to another port with "
+            "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT and FLWR_LOCAL_CONTROL_API_PORT"
+        )
+    files = home / "local-superlink"
+    files.mkdir(parents=True, exist_ok=True)
+    (home / RAY_TOKEN_FILE).unlink(missing_ok=True)  # a stopped SuperLink's: a fresh one
+    log_file = files / "superlink.log"
+    command = [
+        str(BIN / "flower-superlink"),
+        "--insecure",
+        "--simulation",
+        "--isolation",
+        "subprocess",
+        "--control-api-address",
+        LOCAL_CONTROL_API_ADDRESS,
+        "--disable-runtime-dependency-installation",
+        "--host",
+        connection.host,
+        "--port",
+        str(connection.port),
+        "--log-file",
+        str(log_file),
+        "--database",
+        str(files / "state.db"),
+    ]
+    superlink = subprocess.Popen(
+        command,
+        env=flower_env(home),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # it outlives this command, as Flower's own does
+    )
+    record_pid(pid_file, superlink.pid)
+    try:
+        _wait_healthy(connection, superlink, log_file)
+    except RunError:
+        stop_recorded(pid_file)
+        raise
+    return superlink.pid, connection
+
+
+def stop_local_superlink(home: Path) -> int:
+    """Stop the SuperLink `start_local_superlink` recorded in `home` and what it started
+    (its SuperExec, a simulation still running), by its PID file alone; how many processes
+    were stopped (0: it had ended). Its Ray token goes with it."""
+    try:
+        stopped = stop_recorded(home / LOCAL_PID_FILE)
+    except FileNotFoundError:
+        raise SuperLinkNotRecorded(
+            f"{home}: no SuperLink recorded (fedmc start-superlink records the one it starts)"
+        ) from None
+    (home / RAY_TOKEN_FILE).unlink(missing_ok=True)
+    return stopped
+
+
+def _answers(connection: Connection) -> bool:
+    """Whether a SuperLink answers its health check at `connection` (plain HTTP)."""
+    try:
+        return httpx.get(f"http://{connection.address}/health", timeout=0.5).is_success
+    except httpx.HTTPError:
+        return False

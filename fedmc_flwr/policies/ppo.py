@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedmc_flwr.config import ExperimentConfig, PPOConfig, learner_worlds, planned_steps
+from fedmc_flwr.config import LearnerPlan, PPOConfig
 from fedmc_flwr.policies import privileged
 from fedmc_flwr.policies.acting import actor_of, uniforms
 from fedmc_flwr.policies.base import Policy
@@ -211,22 +211,15 @@ class PPOLearner:
     (`get_weights`, `set_weights`), its greedy policy for held-out evaluation (`policy`),
     and its whole state saved and restored bit for bit (`state`, `load_state`)."""
 
-    def __init__(self, cfg: ExperimentConfig, regions: Sequence[int], seed: int) -> None:
-        regions = list(regions)
-        if not regions:
-            raise ValueError("a learner needs at least one region")
+    def __init__(self, plan: LearnerPlan, seed: int) -> None:
+        cfg, regions = plan.cfg, plan.regions
         torch.set_num_threads(cfg.ppo.torch_threads)
         self.cfg = cfg
         self.ppo = cfg.ppo
-        self.planned = (
-            planned_steps(cfg, regions[0])
-            if len(regions) == 1
-            else cfg.train.rounds * cfg.train.steps_per_round
-        )
-        """Time steps per env the learner plans to take, which its learning rate anneals over:
-        a region's own (it may join late, or gather less per round) or the configured run."""
+        self.planned = plan.planned_steps
+        """Time steps per env the learner plans to take, which its learning rate anneals over."""
         ingress = np.array([regions[k % len(regions)] for k in range(cfg.ppo.num_envs)])
-        self._worlds = world_batch(learner_worlds(cfg, regions), cfg.reward, ingress)
+        self._worlds = world_batch(plan.worlds, cfg.reward, ingress)
         """The worlds, started (reset from their seeds) on first use: see `sim`."""
         self.seed = seed
         torch_seed = _torch_seed(seed)

@@ -160,6 +160,31 @@ def _step_burst(rng, b, burst, r, statics):
 
 
 @njit(cache=True, inline="always")
+def _rate_now(statics, burst, b, r, k, s, c):
+    """Region r's arrival rate in env b: its trace's in trace step k under a rate trace,
+    else its daily cycle's at clock (s, c)."""
+    if statics.trace_rate:
+        return _trace_rate(statics, burst, b, r, k)
+    return _arrival_rate(statics, burst, b, r, s, c)
+
+
+@njit(cache=True, inline="always")
+def _joint_ingress(state, statics, b, target, k, s, c):
+    """Whose env b's joint arrival is: the first region whose running total of rates
+    passes `target` (a uniform times the total), so a region's share of the jobs is its
+    share of the rate; that region's burst chain moves."""
+    nregions = num_regions(statics)
+    i, acc = nregions - 1, 0.0
+    for r in range(nregions):
+        acc += _rate_now(statics, state.burst, b, r, k, s, c)
+        if target < acc:
+            i = r
+            break
+    state.ingress[b] = i
+    _step_burst(state.rng, b, state.burst, i, statics)
+
+
+@njit(cache=True, inline="always")
 def _trace_advance(state, statics, b):
     """`advance`'s arrival under a rate trace: the time to env b's next job, and (joint)
     whose it is, picked by the regions' rates in the step it arrives in."""
@@ -167,15 +192,7 @@ def _trace_advance(state, statics, b):
     if statics.joint:
         arrival, k = _trace_arrival(state, statics, b, -1)
         target = uniform(rng, b) * _offered_in(statics, burst, b, k, -1)
-        nregions = num_regions(statics)
-        i, acc = nregions - 1, 0.0
-        for r in range(nregions):
-            acc += _trace_rate(statics, burst, b, r, k)
-            if target < acc:
-                i = r
-                break
-        ingress[b] = i
-        _step_burst(rng, b, burst, i, statics)
+        _joint_ingress(state, statics, b, target, k, 0.0, 0.0)
     else:
         _step_burst(rng, b, burst, ingress[b], statics)
         arrival, _ = _trace_arrival(state, statics, b, ingress[b])
@@ -205,15 +222,7 @@ def advance(b, state, statics):
         for r in range(nregions):
             total += _arrival_rate(statics, burst, b, r, s, c)
         dt = -math.log(uniform(rng, b)) / total
-        target = uniform(rng, b) * total
-        i, acc = nregions - 1, 0.0
-        for r in range(nregions):
-            acc += _arrival_rate(statics, burst, b, r, s, c)
-            if target < acc:
-                i = r
-                break
-        ingress[b] = i
-        _step_burst(rng, b, burst, i, statics)
+        _joint_ingress(state, statics, b, uniform(rng, b) * total, 0, s, c)
     else:
         i = ingress[b]
         _step_burst(rng, b, burst, i, statics)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import re
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -23,7 +23,7 @@ from flwr.common.logger import log
 from fedmc_flwr.federation.server_app import prepare_run
 from fedmc_flwr.federation.strategy import RoundFailed
 from fedmc_flwr.federation.summary import last_round_table
-from fedmc_flwr.federation.superlink import BIN, flower_env, free_port
+from fedmc_flwr.federation.superlink import BIN, LOCAL_PID_FILE, free_port
 from fedmc_flwr.results import ExperimentExists
 
 FLOWERS_OWN = {"flower-superlink", "flower-superexec"}
@@ -137,24 +137,31 @@ def _settled(marker: str, allowed: set[str], wait_s: float) -> list[tuple[int, s
 
 @pytest.mark.slow
 @pytest.mark.flower
-def test_flwr_run_ends_as_fedmc_run_and_leaves_only_flowers_superlink(tmp_path: Path) -> None:
+def test_flwr_run_ends_as_fedmc_run_as_a_guest_and_stops_by_its_pid_file(tmp_path: Path) -> None:
     """The README's `flwr run .` on the tiny experiment, over an earlier run's results with
     `on-existing='overwrite'`, completes as `fedmc run` does: the last round's table and
     the plots' paths in its log, the plots drawn in the experiment's `plots/`, and what the
     run does not write left alone. Run again on the same results, it is refused in one
-    line that names the run-config way to overwrite, and no traceback. Between and after
-    the runs only Flower's local SuperLink and its SuperExec are left, and the README's
-    `kill $(lsof ...)` on its port stops them and everything else. A private Flower home
-    and ports keep it apart from any other run."""
-    if shutil.which("lsof") is None:
-        pytest.skip("the README's stop command needs lsof")
+    line that names the run-config way to overwrite, and no traceback. The SuperLink is
+    the README's `fedmc start-superlink`'s: between and after the runs only it and its
+    SuperExec are left, `fedmc stop-superlink` stops them and everything else by its PID
+    file, and nothing is written into the user's home directory (an empty one here; the
+    compile cache and matplotlib's config folder go where XDG_CACHE_HOME and
+    XDG_CONFIG_HOME say). A private Flower home and ports keep it apart from any other
+    run."""
     home = tmp_path / "flwr-home"
-    home.mkdir()
-    port = free_port()
-    env = flower_env(home) | {
-        "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(port),
+    user_home = tmp_path / "user-home"
+    user_home.mkdir()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "FLWR_"))},
+        "HOME": str(user_home),
+        "XDG_CACHE_HOME": os.environ.get("XDG_CACHE_HOME", str(Path.home() / ".cache")),
+        "XDG_CONFIG_HOME": str(tmp_path / "xdg-config"),
+        "FLWR_HOME": str(home),
+        "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(free_port()),
         "FLWR_LOCAL_CONTROL_API_PORT": str(free_port()),
         "OMP_NUM_THREADS": "1",
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
     }
     marker = f"FLWR_HOME={home}"
     results = tmp_path / "results"
@@ -165,9 +172,12 @@ def test_flwr_run_ends_as_fedmc_run_and_leaves_only_flowers_superlink(tmp_path: 
         (out / name).write_text(text)
     run_config = f"config='{TINY.relative_to(REPO)}' results-dir='{results}'"
     try:
+        started = _fedmc(["start-superlink"], env)
+        assert started.returncode == 0 and (home / LOCAL_PID_FILE).is_file(), started.stderr
         with ray_start_slot(out / "progress.json"):
             output, status = _run_and_status(f"{run_config} on-existing='overwrite'", env)
         assert status == "finished:completed", output
+        assert "Starting local SuperLink" not in output  # the one started above
         assert last_round_table(out / "metrics.csv") in output, output
         plots = [out / "plots" / f"{name}.png" for name in ("reward", "latency", "paired")]
         assert f"fedmc: plots: {', '.join(map(str, plots))}" in output, output
@@ -184,8 +194,16 @@ def test_flwr_run_ends_as_fedmc_run_and_leaves_only_flowers_superlink(tmp_path: 
         assert "Traceback" not in output, output
         assert _settled(marker, FLOWERS_OWN, 30) == []
 
-        subprocess.run(f"kill $(lsof -t -iTCP:{port} -sTCP:LISTEN)", shell=True, check=True)
+        stopped = _fedmc(["stop-superlink"], env)
+        assert stopped.returncode == 0, stopped.stderr
         assert _settled(marker, set(), 30) == []
+        assert list(user_home.iterdir()) == []
     finally:
         for pid in processes_with_env(marker):
             psutil.Process(pid).kill()
+
+
+def _fedmc(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "fedmc"), *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from conftest import TINY_HETERO, csv_rows
 
-from fedmc_flwr.config import load_config
+from fedmc_flwr.config import learner_plan, load_config
 from fedmc_flwr.evaluation import evaluate
 from fedmc_flwr.policies.checkpoints import read_checkpoint, round_checkpoint
 from fedmc_flwr.policies.ppo import PPOLearner
@@ -85,7 +85,7 @@ def test_one_network_federates_over_five_estate_shapes(mixed_run: Path) -> None:
     weights = read_checkpoint(round_checkpoint(mixed_run, 2))
     last = judged[judged["round"] == 2].set_index("client")
     for region, name in enumerate(NAMES):
-        learner = PPOLearner(cfg, [region], seed=0)
+        learner = PPOLearner(learner_plan(cfg, [region]), seed=0)
         learner.set_weights(weights)
         policy = learner.policy("ppo-fedavg")
         result = evaluate(lambda sim, policy=policy: policy, cfg, region)

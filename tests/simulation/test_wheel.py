@@ -220,6 +220,17 @@ def test_the_wheel_trains_centralised_and_replays_real_datacentre_traces(
     assert {"us-east1", "europe-west9", "northamerica-northeast1"} <= {r["client"] for r in rows}
 
 
+def test_the_wheel_finds_a_shipped_sweep_by_its_documented_name(installed: Installed) -> None:
+    """`fedmc sweep --config conf/sweeps/tiny.yaml` from a directory without the project
+    loads the package's sweep (every cell's config with it) and says that nothing of it has
+    run yet; a name that does not ship lists those that do."""
+    summary = installed.fedmc("sweep", "--config", "conf/sweeps/tiny.yaml", "--summary-only")
+    assert summary.returncode == 2, summary.stderr
+    assert "sweep tiny: no training seed has all its cells finished" in summary.stderr
+    typo = installed.fedmc("sweep", "--config", "conf/sweeps/tiny_typo.yaml")
+    assert typo.returncode == 2 and "conf/sweeps/tiny.yaml" in typo.stderr, typo.stderr
+
+
 def test_the_hooks_features_without_the_extra_stop_in_one_line_naming_it(
     installed: Installed,
 ) -> None:
