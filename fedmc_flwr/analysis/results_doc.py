@@ -328,11 +328,10 @@ def write_results(
         federating_section(federating, sweeps_dir, page),
         costs_section(federating, sweeps_dir, page),
     ]
-    sections = [section(name, sweeps_dir) for name in names]
+    sections = [speedup_section(docs=out.parent), *(section(name, sweeps_dir) for name in names)]
     if optimum_dir is not None:
         sections.append(optimum_section(optimum_dir))
     sections += [transfer_section(target) for target in transfers]
-    sections.append(speedup_section(docs=out.parent))
     sections = [*federating_part, *(kept_or_new(new, published) for new in sections)]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(INTRO + "\n" + "\n".join(sections))

@@ -39,7 +39,7 @@ import pandas as pd
 import yaml
 
 from fedmc_flwr.analysis.speedup import COLUMNS, SPEEDUP_FILE, markdown, plot, read_speedup
-from fedmc_flwr.config import ConfigError, ExperimentConfig, load_config, to_yaml
+from fedmc_flwr.config import ConfigError, ExperimentConfig, learner_plan, load_config, to_yaml
 from fedmc_flwr.evaluation import evaluate
 from fedmc_flwr.federation.aggregation import RegionUpdate, aggregate
 from fedmc_flwr.federation.client_app import adopt_global
@@ -119,7 +119,8 @@ def _stamp(plan: Plan, cfg: ExperimentConfig) -> str:
 def federate(cfg: ExperimentConfig, region: int, size: int) -> list[tuple[int, list[np.ndarray]]]:
     """FedAvg (or the configured server step) of `size` regions trained on `region`'s
     worlds for `cfg.train.rounds` rounds: the global weights after each round."""
-    learners = [PPOLearner(cfg, [region], learner_seed(cfg.seed, k)) for k in range(size)]
+    plan = learner_plan(cfg, [region])
+    learners = [PPOLearner(plan, learner_seed(cfg.seed, k)) for k in range(size)]
     weights = initial_weights(cfg)
     state = ServerState()
     cut = len(weights) - len(STATISTICS) * MOMENT_ARRAYS
@@ -146,7 +147,7 @@ def run_cell(
 ) -> list[dict[str, float | int]]:
     """One cell's rows: after every round, the global greedy policy's reward on each
     held-out world of `region` beside `baseline`'s on the same world."""
-    judge = PPOLearner(cfg, [region], learner_seed(cfg.seed))
+    judge = PPOLearner(learner_plan(cfg, [region]), learner_seed(cfg.seed))
     name = policy_name(cfg.federation)
     rows = []
     for rnd, weights in federate(cfg, region, size):
