@@ -157,6 +157,9 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument(
         "--jobs", type=int, default=1, help="cells run at once, each in its own process"
     )
+    speedup = sub.add_parser("speedup", help="steps until 1, 2, 4, 8 identical regions beat SED")
+    _add_config_args(speedup)
+    speedup.set_defaults(config="conf/speedup.yaml")
     plot = sub.add_parser("plot", help="draw the plots of a metrics.csv or a sweep folder")
     plot.add_argument(
         "metrics", type=Path, help="path to a metrics.csv, or a sweep folder (summary.csv)"
@@ -335,6 +338,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 summary_only=args.summary_only,
                 jobs=args.jobs,
             )
+        elif args.command == "speedup":
+            from fedmc_flwr.experiments.speedup import main as speedup_main
+
+            speedup_main(find_config(args.config), args.overrides)
         elif args.command == "plot":
             from fedmc_flwr.analysis.plots import plot_metrics
             from fedmc_flwr.analysis.sweep_plots import plot_sweep

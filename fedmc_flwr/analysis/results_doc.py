@@ -41,6 +41,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from fedmc_flwr.analysis import speedup
 from fedmc_flwr.analysis.federating import (
     Gain,
     costs_table,
@@ -56,6 +57,7 @@ from fedmc_flwr.sweeps import load_sweep
 SWEEPS_DIR = Path("conf/sweeps")
 TRANSFERS_DIR = Path("results/transfers")
 OPTIMUM_DIR = Path("results/optimum")
+SPEEDUP_DIR = Path("results/speedup")
 OPTIMUM_PARTS = (
     ("table", "The optimum against SED, JSQ and random, solved exactly"),
     ("learner", "The default learner against the optimum, in the world made that system"),
@@ -243,6 +245,22 @@ def optimum_section(optimum_dir: Path = OPTIMUM_DIR) -> str:
     return "\n".join(parts)
 
 
+def speedup_section(folder: Path = SPEEDUP_DIR, docs: Path = Path("docs")) -> str:
+    """The speed-up of federation: conf/speedup.yaml's description, then the table and the
+    plot (written to `docs`) from `folder`'s speedup.csv (`analysis.speedup`)."""
+    config = Path("conf/speedup.yaml")
+    head = f"## The speed-up of federation (`{config}`)\n\n{description(config)}\n\n"
+    csv = folder / speedup.SPEEDUP_FILE
+    if not csv.is_file():
+        return head + f"{NOT_MEASURED}: `fedmc speedup --config {config}` measures it.\n"
+    frame = speedup.read_speedup(csv)
+    image = speedup.plot(frame, docs / "speedup.png")
+    return (
+        f"{head}{provenance_line(folder)}\n\n{speedup.markdown(frame)}\n"
+        f"![Steps to beat SED against the regions]({image.name})\n"
+    )
+
+
 def _kept_note(kept: Sequence[str]) -> str:
     """The line under a federating table that names the settings whose rows are kept."""
     if not kept:
@@ -310,7 +328,7 @@ def write_results(
         federating_section(federating, sweeps_dir, page),
         costs_section(federating, sweeps_dir, page),
     ]
-    sections = [section(name, sweeps_dir) for name in names]
+    sections = [speedup_section(docs=out.parent), *(section(name, sweeps_dir) for name in names)]
     if optimum_dir is not None:
         sections.append(optimum_section(optimum_dir))
     sections += [transfer_section(target) for target in transfers]

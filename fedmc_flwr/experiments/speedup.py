@@ -1,0 +1,240 @@
+"""`fedmc speedup`: how much faster k regions learn together than one alone.
+
+Every region of the federation trains on worlds drawn like one region's (`region` of the
+base experiment: the same ingress, estate and workload, its own training seeds), so the
+regions differ only in what they happen to meet and federating k of them can at best pool
+k times the experience. Each region trains `train.steps_per_round` steps per env and
+round; after every round the federated greedy policy is judged on that region's held-out
+worlds (`eval.split`) beside the baseline dispatcher, world by world. From the rows,
+`fedmc_flwr.analysis.speedup` reads the steps per region until the federation beats the
+baseline (paired over the held-out worlds, 95% interval above 0) and the return at the
+budget, for each federation size.
+
+The rounds run in this process, through the federation's own pieces: each region's
+learner adopts the global weights as a Flower client does (`client_app.adopt_global`) and
+the server combines the updates with the strategy's `aggregate` and `server_step`. Why
+not Flower's simulation engine: its clients take their worlds from their region index, so
+k regions of one workload are not a config it can run, and a round's fixed overhead there
+(some seconds) would dwarf rounds of 64 steps.
+
+A cell is one (federation size, training seed); `speedup.csv` holds every finished cell's
+rows and is replaced whole (a tmp file renamed) after each cell, so an interrupted run
+resumes at the first unfinished cell. Cells run seed by seed, every size of a seed before
+the next seed, so a run stopped early still compares the sizes over the seeds it finished.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from fedmc_flwr.analysis.speedup import COLUMNS, SPEEDUP_FILE, markdown, plot, read_speedup
+from fedmc_flwr.config import ConfigError, ExperimentConfig, learner_plan, load_config, to_yaml
+from fedmc_flwr.evaluation import evaluate
+from fedmc_flwr.federation.aggregation import RegionUpdate, aggregate
+from fedmc_flwr.federation.client_app import adopt_global
+from fedmc_flwr.federation.server_app import initial_weights
+from fedmc_flwr.federation.server_optimizers import ServerState, server_step
+from fedmc_flwr.federation.wire import policy_name
+from fedmc_flwr.policies.heuristics import DISPATCHERS
+from fedmc_flwr.policies.moments import MOMENT_ARRAYS
+from fedmc_flwr.policies.ppo import STATISTICS, PPOLearner
+from fedmc_flwr.results import record_provenance
+from fedmc_flwr.seeds import learner_seed
+
+PLAN_FILE = "plan.yaml"
+"""The resolved experiment and grid a results folder was measured with."""
+PLAN_KEYS = {"name", "experiment", "region", "federations", "seeds", "baseline", "overrides"}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What `conf/speedup.yaml` asks for: the base experiment (a YAML and dotted
+    overrides), the region whose worlds every region trains on, the federation sizes, the
+    training seeds and the dispatcher to beat."""
+
+    name: str
+    experiment: Path
+    region: int
+    federations: tuple[int, ...]
+    seeds: tuple[int, ...]
+    baseline: str = "sed"
+    overrides: tuple[str, ...] = ()
+
+    def config(self) -> ExperimentConfig:
+        """The base experiment with the plan's overrides: what every cell trains with."""
+        cfg = load_config(self.experiment, list(self.overrides))
+        if not 0 <= self.region < cfg.world.regions:
+            raise ConfigError(
+                f"{self.name}: region {self.region} not in 0..{cfg.world.regions - 1}"
+            )
+        return cfg
+
+    def out_dir(self, cfg: ExperimentConfig) -> Path:
+        return Path(cfg.results_dir) / self.name
+
+
+def load_plan(path: Path, overrides: Sequence[str] = ()) -> Plan:
+    """Read a speed-up file; `overrides` (dotted `key=value`) go after the file's own."""
+    raw = yaml.safe_load(Path(path).read_text()) or {}
+    unknown = set(raw) - PLAN_KEYS
+    if unknown:
+        raise ConfigError(f"{path}: unknown keys {sorted(unknown)}; expected {sorted(PLAN_KEYS)}")
+    try:
+        plan = Plan(
+            name=str(raw["name"]),
+            experiment=Path(path).parent / str(raw["experiment"]),
+            region=int(raw.get("region", 0)),
+            federations=tuple(int(k) for k in raw["federations"]),
+            seeds=tuple(int(s) for s in raw["seeds"]),
+            baseline=str(raw.get("baseline", "sed")),
+            overrides=(*map(str, raw.get("overrides", [])), *overrides),
+        )
+    except KeyError as exc:
+        raise ConfigError(f"{path}: missing key {exc.args[0]!r}") from None
+    if not plan.federations or min(plan.federations) < 1:
+        raise ConfigError(f"{path}: federations must be sizes of 1 or more")
+    if plan.baseline not in DISPATCHERS:
+        raise ConfigError(f"{path}: baseline {plan.baseline!r} is not a dispatcher")
+    return plan
+
+
+def _stamp(plan: Plan, cfg: ExperimentConfig) -> str:
+    """The plan and resolved experiment, as plan.yaml holds them: a folder measured with
+    another config is refused rather than mixed."""
+    grid = {"region": plan.region, "baseline": plan.baseline}
+    return yaml.safe_dump(grid) + to_yaml(cfg)
+
+
+def federate(cfg: ExperimentConfig, region: int, size: int) -> list[tuple[int, list[np.ndarray]]]:
+    """FedAvg (or the configured server step) of `size` regions trained on `region`'s
+    worlds for `cfg.train.rounds` rounds: the global weights after each round."""
+    plan = learner_plan(cfg, [region])
+    learners = [PPOLearner(plan, learner_seed(cfg.seed, k)) for k in range(size)]
+    weights = initial_weights(cfg)
+    state = ServerState()
+    cut = len(weights) - len(STATISTICS) * MOMENT_ARRAYS
+    rounds = []
+    for rnd in range(1, cfg.train.rounds + 1):
+        updates = []
+        for k, learner in enumerate(learners):
+            adopt_global(learner, weights, cfg.federation, has_own=rnd > 1)
+            stats = learner.train_round(
+                cfg.train.steps_per_round,
+                proximal_mu=cfg.federation.proximal_mu,
+                imitate=rnd == 1,
+            )
+            updates.append(RegionUpdate(k, learner.get_update(), int(stats["env_steps"])))
+        combined = aggregate(updates, weights, cfg.federation, len(STATISTICS))
+        network, state = server_step(weights[:cut], combined[:cut], state, cfg.federation)
+        weights = network + combined[cut:]
+        rounds.append((rnd, weights))
+    return rounds
+
+
+def run_cell(
+    cfg: ExperimentConfig, region: int, size: int, baseline: np.ndarray
+) -> list[dict[str, float | int]]:
+    """One cell's rows: after every round, the global greedy policy's reward on each
+    held-out world of `region` beside `baseline`'s on the same world."""
+    judge = PPOLearner(learner_plan(cfg, [region]), learner_seed(cfg.seed))
+    name = policy_name(cfg.federation)
+    rows = []
+    for rnd, weights in federate(cfg, region, size):
+        judge.set_weights(weights)
+        result = evaluate(lambda sim: judge.policy(name), cfg, region)
+        rows += [
+            {
+                "regions": size,
+                "train_seed": cfg.seed,
+                "round": rnd,
+                "steps": rnd * cfg.train.steps_per_round,
+                "eval_seed": int(seed),
+                "reward": float(reward),
+                "baseline": float(base),
+            }
+            for seed, reward, base in zip(
+                result.eval_seeds, result.per_seed_reward, baseline, strict=True
+            )
+        ]
+    return rows
+
+
+def _finished(frame: pd.DataFrame, rounds: int) -> set[tuple[int, int]]:
+    """The (size, seed) cells whose every round is in `frame`."""
+    last = frame.groupby(["regions", "train_seed"])["round"].max()
+    return {(int(k), int(s)) for (k, s), top in last.items() if top == rounds}
+
+
+def _write(frame: pd.DataFrame, path: Path) -> None:
+    """Replace `path` whole: a reader never meets a half-written file."""
+    partial = path.with_name(path.name + ".partial")
+    frame.to_csv(partial, index=False)
+    os.replace(partial, path)
+
+
+def run_speedup(plan: Plan, command: str = "") -> Path:
+    """Run every unfinished cell of `plan`, seed by seed; return speedup.csv's path."""
+    cfg = plan.config()
+    out = plan.out_dir(cfg)
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = _stamp(plan, cfg)
+    plan_file = out / PLAN_FILE
+    if plan_file.is_file() and plan_file.read_text() != stamp:
+        raise ConfigError(
+            f"{out} was measured with another config ({plan_file}); "
+            "remove the folder or name the plan differently"
+        )
+    plan_file.write_text(stamp)
+    csv = out / SPEEDUP_FILE
+    frame = pd.read_csv(csv) if csv.is_file() else pd.DataFrame(columns=COLUMNS)
+    done = _finished(frame, cfg.train.rounds)
+    cells = zip(frame["regions"], frame["train_seed"], strict=True)
+    frame = frame.loc[np.array([(int(k), int(s)) in done for k, s in cells], dtype=bool)]
+    todo = [(k, s) for s in plan.seeds for k in plan.federations if (k, s) not in done]
+    print(
+        f"fedmc speedup {plan.name}: {len(plan.seeds) * len(plan.federations)} cells, "
+        f"{len(todo)} to run; results in {out}",
+        file=sys.stderr,
+    )
+    if not todo:
+        return csv
+    record_provenance(out, command or f"fedmc speedup {shlex.join(map(str, plan.overrides))}")
+    dispatcher = DISPATCHERS[plan.baseline]
+    baseline = evaluate(lambda sim: dispatcher(sim), cfg, plan.region).per_seed_reward
+    for size, seed in todo:
+        start = time.perf_counter()
+        rows = run_cell(dataclasses.replace(cfg, seed=seed), plan.region, size, baseline)
+        fresh = pd.DataFrame(rows, columns=COLUMNS)
+        frame = pd.concat([frame, fresh], ignore_index=True) if len(frame) else fresh
+        _write(frame, csv)
+        print(
+            f"fedmc speedup: {size} region(s), seed {seed} done in "
+            f"{time.perf_counter() - start:.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+    return csv
+
+
+def main(path: Path, overrides: Sequence[str] = ()) -> Path:
+    """`fedmc speedup`: run the plan's unfinished cells, print the table, draw the plot
+    (`speedup.png` beside speedup.csv); return the plot's path."""
+    plan = load_plan(path, overrides)
+    words = ["fedmc", "speedup", "--config", str(path)]
+    for override in overrides:
+        words += ["--set", override]
+    csv = run_speedup(plan, shlex.join(words))
+    frame = read_speedup(csv)
+    print(markdown(frame, plan.baseline))
+    return plot(frame, csv.with_name("speedup.png"), plan.baseline)

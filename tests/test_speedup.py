@@ -1,0 +1,133 @@
+"""`fedmc speedup`: the steps until k identical regions beat SED, read from speedup.csv."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import CONF
+
+from fedmc_flwr.analysis.results_doc import speedup_section
+from fedmc_flwr.analysis.speedup import COLUMNS, markdown, per_cell, read_speedup, summary
+from fedmc_flwr.cli import main as fedmc
+from fedmc_flwr.config import ConfigError
+from fedmc_flwr.experiments.speedup import load_plan, run_speedup
+
+BASELINE = np.array([-1.0, -1.2, -0.9, -1.1, -1.05])
+"""The baseline's reward on five held-out worlds."""
+WOBBLE = np.array([0.01, -0.01, 0.02, -0.02, 0.0])
+"""A spread of the differences over the worlds, so that each round's interval is finite."""
+STEPS = 64
+
+
+def cell(regions: int, seed: int, rounds: int, beats_from: int | None) -> list[dict]:
+    """Rows of one cell whose policy trails the baseline by 0.1 per job until round
+    `beats_from` (None: never) and leads it by 0.1 from then on; its reward at the last
+    round is the baseline's plus 0.1 plus the seed / 100."""
+    rows = []
+    for rnd in range(1, rounds + 1):
+        ahead = beats_from is not None and rnd >= beats_from
+        lead = (0.1 + seed / 100 * (rnd == rounds)) if ahead else -0.1
+        for world, base in enumerate(BASELINE):
+            rows.append(
+                dict(
+                    zip(
+                        COLUMNS,
+                        [regions, seed, rnd, rnd * STEPS, world, base + lead + WOBBLE[world], base],
+                        strict=True,
+                    )
+                )
+            )
+    return rows
+
+
+def hand_made(path: Path) -> Path:
+    """One region beats the baseline at rounds 8 and 6 (steps 512, 384), two at 4 and 4,
+    four at 2 and 3, eight at round 1 for seed 0 and never for seed 1, in 10 rounds."""
+    rows = []
+    for regions, firsts in ((1, (8, 6)), (2, (4, 4)), (4, (2, 3)), (8, (1, None))):
+        for seed, first in enumerate(firsts):
+            rows += cell(regions, seed, 10, first)
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def test_the_steps_to_beat_the_baseline_are_the_first_round_whose_interval_is_above_0(
+    tmp_path: Path,
+) -> None:
+    frame = read_speedup(hand_made(tmp_path / "speedup.csv"))
+    cells = per_cell(frame).set_index(["regions", "train_seed"])
+    assert cells.loc[(1, 0), "steps_to_beat"] == 8 * STEPS
+    assert cells.loc[(4, 1), "steps_to_beat"] == 3 * STEPS
+    assert math.isnan(cells.loc[(8, 1), "steps_to_beat"])
+    assert cells.loc[(2, 1), "reward_at_budget"] == pytest.approx(BASELINE.mean() + 0.11)
+    assert cells.loc[(2, 1), "d_at_budget"] == pytest.approx(0.11)
+    assert cells.loc[(8, 1), "d_at_budget"] == pytest.approx(-0.1)
+
+
+def test_the_speedup_is_one_regions_mean_steps_over_each_sizes(tmp_path: Path) -> None:
+    table = summary(read_speedup(hand_made(tmp_path / "speedup.csv"))).set_index("regions")
+    assert table.loc[1, "steps_mean"] == 7 * STEPS
+    assert table.loc[2, "speedup"] == pytest.approx(7 / 4)
+    assert table.loc[4, "speedup"] == pytest.approx(7 / 2.5)
+    assert math.isnan(table.loc[8, "steps_mean"])  # a seed never beat it: no mean
+    assert math.isnan(table.loc[8, "speedup"])
+    assert table.loc[2, "reward"] == pytest.approx(BASELINE.mean() + 0.105)
+    assert table.loc[2, "d"] == pytest.approx(0.105)
+    assert 0 < table.loc[2, "d_ci95"] < 0.2  # two seeds: a t quantile of 12.7
+    text = markdown(read_speedup(tmp_path / "speedup.csv"))
+    assert "| 1 | 512, 384 | 448 | 1.00x |" in text
+    assert "| 8 | 64, > 640 | > 640 |  |" in text
+    assert "8 regions beat" not in text  # no mean, so no share of one region's steps
+    frame = read_speedup(tmp_path / "speedup.csv")
+    one_seed = frame[(frame["regions"] < 8) | (frame["train_seed"] == 0)]
+    assert "8 regions beat `sed` in 0.14 of one region's steps" in markdown(one_seed)
+
+
+def tiny_plan(folder: Path, rounds: int = 2) -> Path:
+    path = folder / "speedup.yaml"
+    path.write_text(
+        "# Tiny.\n"
+        f"name: speedup_tiny\nexperiment: {CONF / 'many_small_regions.yaml'}\nregion: 0\n"
+        "federations: [1, 2]\nseeds: [0]\nbaseline: sed\noverrides:\n"
+        f"  - train.steps_per_round=8\n  - train.rounds={rounds}\n  - ppo.rollout_steps=8\n"
+        "  - ppo.num_envs=2\n  - eval.seeds=3\n  - eval.steps=40\n  - eval.split=validation\n"
+        f"  - results_dir={folder / 'results'}\n"
+    )
+    return path
+
+
+def test_the_experiment_writes_every_round_of_every_cell_and_resumes_the_unfinished(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tiny_plan(tmp_path)
+    assert fedmc(["speedup", "--config", str(path)]) == 0
+    out = tmp_path / "results" / "speedup_tiny"
+    assert (out / "speedup.png").is_file()
+    frame = read_speedup(out / "speedup.csv")
+    assert len(frame) == 2 * 2 * 3  # sizes x rounds x held-out worlds
+    assert sorted(frame["steps"].unique()) == [8, 16]
+    assert "| 2 |" in capsys.readouterr().out
+    # The two-region cell lost its last round (a run killed mid-cell): only it runs again,
+    # and comes out as it was.
+    frame[(frame["regions"] == 1) | (frame["round"] == 1)].to_csv(out / "speedup.csv", index=False)
+    run_speedup(load_plan(path))
+    pd.testing.assert_frame_equal(read_speedup(out / "speedup.csv"), frame)
+    assert "2 cells, 1 to run" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="another config"):
+        run_speedup(load_plan(tiny_plan(tmp_path, rounds=3)))
+
+
+def test_the_results_section_is_the_table_and_plot_or_the_command(tmp_path: Path) -> None:
+    empty = speedup_section(tmp_path / "none", tmp_path / "docs")
+    assert "Not measured yet: `fedmc speedup --config conf/speedup.yaml`" in empty
+    folder = tmp_path / "speedup"
+    folder.mkdir()
+    hand_made(folder / "speedup.csv")
+    text = speedup_section(folder, tmp_path / "docs")
+    assert text.startswith("## The speed-up of federation")
+    assert "| 2 | 256, 256 | 256 | 1.75x |" in text
+    assert "![" in text and (tmp_path / "docs" / "speedup.png").is_file()
