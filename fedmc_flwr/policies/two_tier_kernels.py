@@ -190,31 +190,31 @@ def decide(
     columns = _summaries(obs, mask, shift, scale, n, x, summaries, valid)
     # the forced action's tiers; `_choose` overwrites them when not forced
     region, node = action // n, action % n
-    region_logp, node_logp = np.empty(batch, np.float32), np.empty(batch, np.float32)
+    logprob[:] = 0.0  # each tier adds its choice's log-probability
     region_scores = scores(columns, params, region_layers).reshape(batch, regions)
-    scratch = np.empty((batch, regions), dtype=np.float32)
-    _choose(region_scores, valid, noise[:, :regions], greedy, forced, scratch, region, region_logp)
+    logp = np.empty((batch, regions), dtype=np.float32)
+    _choose(region_scores, valid, noise[:, :regions], greedy, forced, logp, region, logprob)
     node_columns = np.empty((ROW_WIDTH, batch * n), dtype=np.float32)
     _gather(x, summaries, mask, region, rows, node_mask, node_columns)
     node_scores = scores(node_columns, params, node_layers).reshape(batch, n)
-    scratch = np.empty((batch, n), dtype=np.float32)
-    _choose(node_scores, node_mask, noise[:, regions:], greedy, forced, scratch, node, node_logp)
-    action[:] = region * n + node
-    logprob[:] = region_logp + node_logp
+    logp = np.empty((batch, n), dtype=np.float32)
+    _choose(node_scores, node_mask, noise[:, regions:], greedy, forced, logp, node, logprob)
+    for b in range(batch):
+        action[b] = region[b] * n + node[b]
     value[:] = _critic(summaries, privileged, params, critic_layers)
 
 
 @njit(cache=True, _nrt=False)
-def _choose(options, allowed, noise, greedy, forced, logp, choice, chosen_logp):
+def _choose(options, allowed, noise, greedy, forced, logp, choice, logprob):
     """One tier for every env, regions or a region's nodes alike: the masked log-softmax of
     its `options`' scores into `logp` and the option drawn with its `noise` (the greedy one
     when `greedy`) into `choice`, unless `forced`, when `choice` holds the option already;
-    that option's log-probability into `chosen_logp`."""
+    that option's log-probability added to `logprob`."""
     for b in range(len(choice)):
         drawn = _sample(options[b], allowed[b], noise[b], greedy, logp[b])
         if not forced:
             choice[b] = drawn
-        chosen_logp[b] = logp[b, choice[b]]
+        logprob[b] += logp[b, choice[b]]
 
 
 @njit(cache=True, _nrt=False)
