@@ -111,6 +111,7 @@ class Actor(ABC):
         uniforms); `affine` is the normaliser's per-feature `(shift, scale)`;
         `hidden` what a privileged critic reads (`[B, P]`); `teacher` actions to take
         instead of drawing, scored as if drawn."""
+        # a copy: the compiled path writes the joint action into it
         forced = None if teacher is None else teacher.astype(np.int64)
         return self._decide(Request(obs, mask, affine, noise, hidden, forced))
 
