@@ -136,7 +136,8 @@ def main() -> None:
     print("|" + "---|" * len(columns))
     for row in rows:
         print("| " + " | ".join(str(row[c]) for c in columns) + " |")
-    print(json.dumps({"config": str(args.config), "overrides": args.overrides, "rows": rows}))
+    figures = {"bench": "byzantine", "config": str(args.config), "overrides": args.overrides}
+    print(json.dumps(figures | {"rows": rows}))
 
 
 if __name__ == "__main__":

@@ -330,11 +330,11 @@ def _check_same_steps(given: ExperimentConfig, more: ExperimentConfig) -> None:
 
 
 def round_bench_args(
-    description: str, name: str
+    parser: argparse.ArgumentParser, name: str
 ) -> tuple[argparse.Namespace, list[str], ExperimentConfig]:
-    """`--config` and `--rounds` of a benchmark that compares rounds after the first; the
-    overrides that name its experiment, and the config they give."""
-    parser = argparse.ArgumentParser(description=description)
+    """`--config` and `--rounds` of a benchmark that compares rounds after the first, beside
+    the arguments `parser` has already; the overrides that name its experiment, and the
+    config they give."""
     parser.add_argument("--config", type=Path, default=Path("conf/small_demo.yaml"))
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()

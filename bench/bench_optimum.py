@@ -37,8 +37,9 @@ JSON line. The whole default run takes about an hour
 on a quiet 2-core machine (the table's four-server cases most of it).
 
     python bench/bench_optimum.py [--part all|table|learner] [--servers 2 3 4]
+        [--ratios 2 5 10] [--loads 0.5 0.7 0.9]
         [--cases NAME ...] [--seed 0]
-        [--out results/optimum]
+        [--out results/optimum] [--set KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -115,14 +116,16 @@ def speeds_of(family: str, servers: int, ratio: float) -> tuple[float, ...]:
     return tuple(float(ratio ** (k / (servers - 1))) for k in range(servers - 1, -1, -1))
 
 
-def table_cases(servers: list[int]) -> list[Case]:
+def table_cases(
+    servers: Sequence[int], ratios: Sequence[float] = RATIOS, loads: Sequence[float] = LOADS
+) -> list[Case]:
     families = {2: ("one fast",), 3: ("one fast", "geometric"), 4: ("one fast", "geometric")}
     return [
         Case(family, speeds_of(family, k, ratio), load)
         for k in servers
         for family in families[k]
-        for ratio in RATIOS
-        for load in LOADS
+        for ratio in ratios
+        for load in loads
     ]
 
 
@@ -296,12 +299,12 @@ class Trained:
 def train_learner(
     case: Case, args: argparse.Namespace, judge: ExperimentConfig, best_policy: np.ndarray
 ) -> tuple[Trained, list[dict], float, int]:
-    """Train the default learner on the case's worlds at conf/optimum.yaml's settings;
-    after each round judge its greedy policy against the optimal table on the validation
-    worlds (`judge`). Returns the policy closest to the optimum there, every round's
+    """Train the default learner on the case's worlds at conf/optimum.yaml's settings (and
+    `--set`'s); after each round judge its greedy policy against the optimal table on the
+    validation worlds (`judge`). Returns the policy closest to the optimum there, every round's
     validation gap, the seconds of training and its environment steps."""
     optimal_here = world_times(judge, lambda sim: TableDispatcher(best_policy, sim.layout), case)
-    cfg = world_config(case, "validation", judge.eval.seeds, judge.eval.steps)
+    cfg = world_config(case, "validation", judge.eval.seeds, judge.eval.steps, args.overrides)
     learner = PPOLearner(learner_plan(cfg, [0]), learner_seed(args.seed))
     chosen, history, train_s, steps = None, [], 0.0, 0
     for k in range(cfg.train.rounds):
@@ -406,7 +409,7 @@ UNITS = "Mean response times in units of the fastest server's mean service time.
 def run_table(args: argparse.Namespace) -> tuple[list[str], dict]:
     """Part 1: the markdown sections and the figures."""
     rows = []
-    for case in table_cases(args.servers):
+    for case in table_cases(args.servers, args.ratios, args.loads):
         rows.append(solve_case(case))
         print(f"solved {case.name} in {rows[-1]['seconds']:.0f} s", flush=True)
     sections = ["## The optimum against SED, JSQ and random", table_markdown(rows), furthest(rows)]
@@ -449,6 +452,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--part", choices=("all", "table", "learner"), default="all")
     parser.add_argument("--servers", type=int, nargs="+", default=[2, 3, 4], choices=[2, 3, 4])
+    parser.add_argument("--ratios", type=float, nargs="+", default=list(RATIOS), help="table")
+    parser.add_argument("--loads", type=float, nargs="+", default=list(LOADS), help="table")
     parser.add_argument("--cases", nargs="*", default=None, help="learner cases by name")
     parser.add_argument("--seed", type=int, default=0, help="the learner's training seed")
     parser.add_argument("--test-worlds", type=int, default=20)
@@ -456,6 +461,8 @@ def main() -> None:
     parser.add_argument("--validation-worlds", type=int, default=10)
     parser.add_argument("--validation-jobs", type=int, default=10_000)
     parser.add_argument("--out", type=Path, default=Path("results/optimum"))
+    # the learner's config beside conf/optimum.yaml (a quick run: --set train.rounds=1)
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
     torch.set_num_threads(1)
     command = " ".join(["python", *sys.argv])

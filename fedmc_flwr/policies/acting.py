@@ -23,6 +23,7 @@ float64 per feature, clipped to +-OBS_CLIP, then float32, the same numbers as
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import NamedTuple
 
 import numpy as np
@@ -71,28 +72,31 @@ def _pack(scorers: list[nn.Sequential]) -> tuple[np.ndarray, list[np.ndarray]]:
     return np.concatenate(chunks).astype(np.float32), tables
 
 
-class TwoTierActor:
-    """The compiled acting path of one `TwoTier` network (see the module docstring).
+class Request(NamedTuple):
+    """One batched decision's inputs, as every acting path receives them."""
 
-    It copies the weights when built (transposed, as the compiled loops read them best):
-    build one after every change of the weights, as the learner does per rollout (a few
-    microseconds)."""
+    obs: Array
+    mask: Array
+    affine: Affine
+    noise: Maybe
+    """`[B, noise_width]` uniforms; None (the compiled path's `greedy` only): the most
+    probable action, through the same kernel as a draw."""
+    hidden: Maybe
+    teacher: Maybe
+    """int64 actions to take instead of drawing, or None."""
 
-    def __init__(self, network: TwoTier) -> None:
-        self.nodes_per_region = network.nodes_per_region
-        self.privileged = network.privileged
-        scorers = [network.region_scorer, network.node_scorer, network.critic]
-        self._params, (self._region, self._node, self._critic) = _pack(scorers)
+
+class Actor(ABC):
+    """An acting path of one network: what a learner's rollout and a trained policy call.
+    Every path takes the same inputs and gives the same outputs (up to float32 rounding),
+    so the learner picks the fastest (`actor_of`) and the torch one is the reference."""
+
+    def __init__(self, network: ActorCritic) -> None:
+        self.network = network
 
     def noise_width(self, num_nodes: int) -> int:
-        """Uniforms one decision draws per env: one per region, then one per node of a
-        region (the torch path's `TwoTier.sample` reads the same)."""
-        return num_nodes // self.nodes_per_region + self.nodes_per_region
-
-    def _buffers(self, batch: int, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
-        regions = num_nodes // self.nodes_per_region
-        summaries = np.empty((batch, regions, SUMMARY_WIDTH), dtype=np.float32)
-        return summaries, np.empty((batch, regions), dtype=np.bool_)
+        """Uniforms one decision draws per env (`ActorCritic.noise_width`)."""
+        return self.network.noise_width(num_nodes)
 
     def decide(
         self,
@@ -107,11 +111,44 @@ class TwoTierActor:
         uniforms); `affine` is the normaliser's per-feature `(shift, scale)`;
         `hidden` what a privileged critic reads (`[B, P]`); `teacher` actions to take
         instead of drawing, scored as if drawn."""
-        return self._run(obs, mask, affine, noise, hidden, teacher)
+        # a copy: the compiled path writes the joint action into it
+        forced = None if teacher is None else teacher.astype(np.int64)
+        return self._decide(Request(obs, mask, affine, noise, hidden, forced))
+
+    @abstractmethod
+    def _decide(self, request: Request) -> Decision: ...
+
+    @abstractmethod
+    def greedy(self, obs: Array, mask: Array, affine: Affine) -> Array:
+        """Every env's most probable action (the two-tier network's: its most probable
+        region, then that region's most probable node)."""
+
+    @abstractmethod
+    def value(self, obs: Array, mask: Array, affine: Affine, hidden: Maybe = None) -> Array:
+        """`[B]` critic values (float32)."""
+
+
+class TwoTierActor(Actor):
+    """The compiled acting path of one `TwoTier` network (see the module docstring).
+
+    It copies the weights when built (transposed, as the compiled loops read them best):
+    build one after every change of the weights, as the learner does per rollout (a few
+    microseconds)."""
+
+    def __init__(self, network: TwoTier) -> None:
+        super().__init__(network)
+        self.nodes_per_region = network.nodes_per_region
+        self.privileged = network.privileged
+        scorers = [network.region_scorer, network.node_scorer, network.critic]
+        self._params, (self._region, self._node, self._critic) = _pack(scorers)
+
+    def _buffers(self, batch: int, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+        regions = num_nodes // self.nodes_per_region
+        summaries = np.empty((batch, regions, SUMMARY_WIDTH), dtype=np.float32)
+        return summaries, np.empty((batch, regions), dtype=np.bool_)
 
     def greedy(self, obs: Array, mask: Array, affine: Affine) -> Array:
-        """Every env's most probable region, then that region's most probable node."""
-        return self._run(obs, mask, affine, None, None, None).action
+        return self._decide(Request(obs, mask, affine, None, None, None)).action
 
     def _critic_inputs(self, batch: int, hidden: Maybe) -> Array:
         """The `[B, P]` privileged inputs as the kernels read them (zeros where the caller
@@ -120,27 +157,19 @@ class TwoTierActor:
             return np.zeros((batch, self.privileged), dtype=np.float32)
         return np.ascontiguousarray(hidden, dtype=np.float32)
 
-    def _run(
-        self,
-        obs: np.ndarray,
-        mask: np.ndarray,
-        affine: Affine,
-        noise: np.ndarray | None,
-        hidden: Maybe,
-        teacher: Maybe,
-    ) -> Decision:
+    def _decide(self, request: Request) -> Decision:
+        obs, mask, (shift, scale), noise, hidden, teacher = request
         batch, num_nodes = mask.shape
         n = self.nodes_per_region
         summaries, valid = self._buffers(batch, num_nodes)
         rows = np.empty((batch, n, NODE_WIDTH + GLOBAL_WIDTH), dtype=np.float32)
         node_mask = np.empty((batch, n), dtype=np.bool_)
-        action = np.empty(batch, dtype=np.int64) if teacher is None else teacher.astype(np.int64)
+        action = np.empty(batch, dtype=np.int64) if teacher is None else teacher
         logprob = np.empty(batch, dtype=np.float32)
         value = np.empty(batch, dtype=np.float32)
         greedy = noise is None
         if noise is None:
             noise = np.empty((batch, self.noise_width(num_nodes)), dtype=np.float32)
-        shift, scale = affine
         outputs = (action, logprob, value, summaries, valid, rows, node_mask)
         weights = (self._params, self._region, self._node, self._critic)
         critic_inputs = self._critic_inputs(batch, hidden)
@@ -152,7 +181,6 @@ class TwoTierActor:
         return Decision(action, logprob, value, inputs)
 
     def value(self, obs: Array, mask: Array, affine: Affine, hidden: Maybe = None) -> Array:
-        """`[B]` critic values (float32)."""
         batch, num_nodes = mask.shape
         summaries, valid = self._buffers(batch, num_nodes)
         shift, scale = affine
@@ -161,28 +189,15 @@ class TwoTierActor:
         return kernels.values(obs, mask, shift, scale, n, *critic, summaries, valid)
 
 
-class TorchActor:
+class TorchActor(Actor):
     """Any network's acting path through its torch forward: the reference the compiled
     path is tested against, and the path of the networks that have no compiled one."""
 
-    def __init__(self, network: ActorCritic) -> None:
-        self.network = network
-
-    def noise_width(self, num_nodes: int) -> int:
-        return self.network.noise_width(num_nodes)
-
     @torch.inference_mode()
-    def decide(
-        self,
-        obs: Array,
-        mask: Array,
-        affine: Affine,
-        noise: Array,
-        hidden: Maybe = None,
-        teacher: Maybe = None,
-    ) -> Decision:
+    def _decide(self, request: Request) -> Decision:
+        obs, mask, affine, noise, hidden, teacher = request
         x, m = torch.from_numpy(standardise(obs, affine)), torch.from_numpy(mask)
-        forced = None if teacher is None else torch.from_numpy(teacher.astype(np.int64))
+        forced = None if teacher is None else torch.from_numpy(teacher)
         step = self.network.sample(x, m, torch.from_numpy(noise), _tensor(hidden), forced)
         inputs = {key: value.numpy() for key, value in step.inputs.items()}
         return Decision(step.action.numpy(), step.logprob.numpy(), step.value.numpy(), inputs)
@@ -200,9 +215,6 @@ class TorchActor:
 
 def _tensor(array: np.ndarray | None) -> torch.Tensor | None:
     return None if array is None else torch.from_numpy(np.asarray(array, dtype=np.float32))
-
-
-Actor = TwoTierActor | TorchActor
 
 
 def actor_of(network: ActorCritic) -> Actor:

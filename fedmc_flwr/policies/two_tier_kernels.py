@@ -188,103 +188,52 @@ def decide(
     regions = num_nodes // n
     x = np.empty((batch, num_nodes, NODE_WIDTH), dtype=np.float32)
     columns = _summaries(obs, mask, shift, scale, n, x, summaries, valid)
+    # the forced action's tiers; `_choose` overwrites them when not forced
+    region, node = action // n, action % n
+    logprob[:] = 0.0  # each tier adds its choice's log-probability
     region_scores = scores(columns, params, region_layers).reshape(batch, regions)
-    region_logp = np.empty((batch, regions), dtype=np.float32)
-    chosen = np.empty(batch, dtype=np.int64)
+    logp = np.empty((batch, regions), dtype=np.float32)
+    _choose(region_scores, valid, noise[:, :regions], greedy, forced, logp, region, logprob)
     node_columns = np.empty((ROW_WIDTH, batch * n), dtype=np.float32)
-    _pick_regions(
-        region_scores,
-        valid,
-        noise,
-        greedy,
-        forced,
-        action,
-        region_logp,
-        chosen,
-        x,
-        summaries,
-        mask,
-        rows,
-        node_mask,
-        node_columns,
-    )
+    _gather(x, summaries, mask, region, rows, node_mask, node_columns)
     node_scores = scores(node_columns, params, node_layers).reshape(batch, n)
-    node_logp = np.empty(n, dtype=np.float32)
-    _pick_nodes(
-        node_scores,
-        node_mask,
-        noise,
-        greedy,
-        forced,
-        action,
-        region_logp,
-        chosen,
-        node_logp,
-        logprob,
-    )
+    logp = np.empty((batch, n), dtype=np.float32)
+    _choose(node_scores, node_mask, noise[:, regions:], greedy, forced, logp, node, logprob)
+    for b in range(batch):
+        action[b] = region[b] * n + node[b]
     value[:] = _critic(summaries, privileged, params, critic_layers)
 
 
 @njit(cache=True, _nrt=False)
-def _pick_regions(
-    region_scores,
-    valid,
-    noise,
-    greedy,
-    forced,
-    action,
-    region_logp,
-    chosen,
-    x,
-    summaries,
-    mask,
-    rows,
-    node_mask,
-    node_columns,
-):
-    """Tier 1 for every env: its region drawn (or the forced action's), and the chosen
-    region's node rows and mask written for tier 2."""
-    batch, regions = region_scores.shape
-    n = rows.shape[1]
-    for b in range(batch):
-        region = _sample(region_scores[b], valid[b], noise[b, :regions], greedy, region_logp[b])
-        if forced:
-            region = action[b] // n
-        chosen[b] = region
-        for j in range(n):
-            row = rows[b, j]
-            for f in range(NODE_WIDTH):
-                row[f] = x[b, region * n + j, f]
-            for g in range(GLOBAL_WIDTH):
-                row[NODE_WIDTH + g] = summaries[b, region, NODE_WIDTH + 2 + g]
-            node_mask[b, j] = mask[b, region * n + j]
-            for f in range(ROW_WIDTH):
-                node_columns[f, b * n + j] = row[f]
+def _choose(options, allowed, noise, greedy, forced, logp, choice, logprob):
+    """One tier for every env, regions or a region's nodes alike: the masked log-softmax of
+    its `options`' scores into `logp` and the option drawn with its `noise` (the greedy one
+    when `greedy`) into `choice`, unless `forced`, when `choice` holds the option already;
+    that option's log-probability added to `logprob`."""
+    for b in range(len(choice)):
+        drawn = _sample(options[b], allowed[b], noise[b], greedy, logp[b])
+        if not forced:
+            choice[b] = drawn
+        logprob[b] += logp[b, choice[b]]
 
 
 @njit(cache=True, _nrt=False)
-def _pick_nodes(
-    node_scores,
-    node_mask,
-    noise,
-    greedy,
-    forced,
-    action,
-    region_logp,
-    chosen,
-    node_logp,
-    logprob,
-):
-    """Tier 2 for every env: its node drawn (or the forced action's), the joint action
-    and its log-probability."""
-    batch, n = node_scores.shape
-    regions = region_logp.shape[1]
+def _gather(x, summaries, mask, region, rows, node_mask, node_columns):
+    """Tier 2's inputs: each env's chosen `region`'s node rows (its nodes' normalised
+    features, then the global ones) into `rows` and, feature-major, `node_columns`, and
+    their mask into `node_mask`."""
+    batch, n = node_mask.shape
     for b in range(batch):
-        node = _sample(node_scores[b], node_mask[b], noise[b, regions:], greedy, node_logp)
-        if forced:
-            node = action[b] % n
-        action[b] = chosen[b] * n + node
-        logprob[b] = region_logp[b, chosen[b]] + node_logp[node]
+        first = region[b] * n
+        for j in range(n):
+            row = rows[b, j]
+            for f in range(NODE_WIDTH):
+                row[f] = x[b, first + j, f]
+            for g in range(GLOBAL_WIDTH):
+                row[NODE_WIDTH + g] = summaries[b, region[b], NODE_WIDTH + 2 + g]
+            node_mask[b, j] = mask[b, first + j]
+            for f in range(ROW_WIDTH):
+                node_columns[f, b * n + j] = row[f]
 
 
 @njit(cache=True)
