@@ -75,7 +75,7 @@ SWEEPS ?= two_tier_tuning learner_tuning default plateau trace_dc node_scorer la
 	fedprox_balanced fedprox_busy_region fedprox_skewed_prices_carbon fedprox_outages \
 	personal_balanced personal_busy_region personal_skewed_prices_carbon personal_outages \
 	rare_events rare_events_at1 rare_events_at2 rare_slowdowns rare_slowdowns_at1 rare_slowdowns_at2 \
-	drift_region many_small_regions federating_diagnosis federating_tries
+	rare_slowdowns_at1_rollout32 drift_region many_small_regions federating_diagnosis federating_tries
 TRANSFERS ?= 10x20 20x50
 SEEDS ?= 0 1 2 3 4
 # Two cells at once fill a 2-core machine (a federated cell leaves one core idle half of
