@@ -112,6 +112,12 @@ SMALL = [
 """small_demo's world and learner, trained and judged briefly enough for 80 cells."""
 TARGET_PCT = 5.0
 """A rule holds where its final reward is within this share of clean FedAvg's."""
+HONEST_PCT = 10.0
+"""A rule in SPARING holds where it turns away at most this share of the honest replies,
+in a clean run and under each attack."""
+SPARING = ("acceptance",)
+"""Rules that claim to keep the honest replies: Multi-Krum drops f regions every round by
+design, the per-coordinate rules turn none away."""
 MARKERS = (
     "<!-- attack-table: begin (bench/bench_attacks.py --doc) -->",
     "<!-- attack-table: end -->",
@@ -394,16 +400,41 @@ def _cell_text(row: dict) -> str:
     )
 
 
-def _verdict(rows: list[dict]) -> str:
-    """Whether one rule held within TARGET_PCT of clean at one hostile count."""
+def _turned_away_pct(row: dict) -> float:
+    """The share of a cell's honest replies turned away, in percent."""
+    turned, replies = (int(x) for x in row["honest_rejected"].split("/"))
+    return 100 * turned / replies
+
+
+def _verdict(rule: str, rows: list[dict], clean: dict | None) -> str:
+    """Whether `rule` held within TARGET_PCT of clean at one hostile count (`rows`, one per
+    attack), and for a rule in SPARING whether it kept HONEST_PCT of the honest replies
+    there and in its `clean` run; a rule in CLAIMLESS claims nothing, and its worst row is
+    given as measured."""
     if "refused" in rows[0]:
         return f"refused in one line: `{rows[0]['refused']}`"
-    misses = [r for r in rows if r["vs_clean_pct"] < -TARGET_PCT]
     worst = min(rows, key=lambda r: r["vs_clean_pct"])
+    if rule in CLAIMLESS:
+        return (
+            f"no breakdown point, none claimed (worst {worst['vs_clean_pct']:+.1f}%, "
+            f"{worst['attack']})"
+        )
+    misses = [r for r in rows if r["vs_clean_pct"] < -TARGET_PCT]
     if not misses:
-        return f"holds (worst {worst['vs_clean_pct']:+.1f}%, {worst['attack']})"
-    named = ", ".join(f"{r['attack']} {r['vs_clean_pct']:+.1f}%" for r in misses)
-    return f"**misses** the {TARGET_PCT:g}% target: {named}"
+        verdict = f"holds (worst {worst['vs_clean_pct']:+.1f}%, {worst['attack']})"
+    else:
+        named = ", ".join(f"{r['attack']} {r['vs_clean_pct']:+.1f}%" for r in misses)
+        verdict = f"**misses** the {TARGET_PCT:g}% target: {named}"
+    if rule not in SPARING:
+        return verdict
+    judged = [*rows, *([clean] if clean else [])]
+    most = max(judged, key=_turned_away_pct)
+    if _turned_away_pct(most) == 0:
+        return f"{verdict}; no honest reply turned away"
+    held = "at most" if _turned_away_pct(most) <= HONEST_PCT else "**over** the 10% target:"
+    return (
+        f"{verdict}; honest replies turned away {held} {most['honest_rejected']} ({most['attack']})"
+    )
 
 
 def tables(rows: list[dict]) -> str:
@@ -437,7 +468,7 @@ def tables(rows: list[dict]) -> str:
             out.append("")
             for rule in rules:
                 judged = [cells[a, rule] for a in ATTACKS if (a, rule) in cells]
-                out.append(f"- `{rule}`: {_verdict(judged)}")
+                out.append(f"- `{rule}`: {_verdict(rule, judged, cells.get(('none', rule)))}")
             out.append("")
     return "\n".join(out)
 
@@ -485,6 +516,7 @@ def main() -> None:
         return
     _worker_threads()
     print(f"load average: {os.getloadavg()}", flush=True)
+    version = code_version()  # the code the cells import, before anything is edited
     began = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-attacks-") as tmp:
         sizes, shares = args.regions or [5, 10], args.share or [0.2, 0.4]
@@ -496,7 +528,7 @@ def main() -> None:
     print(f"load average: {load}, wall {wall:.0f} s")
     summary = {
         "command": "python " + " ".join(sys.argv),
-        **code_version(),
+        **version,
         "cpus": os.cpu_count(),
         "load": load,
         "config": str(args.config),

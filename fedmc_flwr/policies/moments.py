@@ -192,10 +192,10 @@ those shares add up: two regions of five that scaled their variances by 100 lift
 pooled standard deviation to about 1.9 times the honest one, and the global policy lost
 9.8% (docs/security.md). The median region's figure is one that a minority cannot lift,
 so a minority's variance can widen the pooled scale by a quarter at most, whatever it
-sends and however many rounds. Honest regions of the attack table's clean federations
-pooled up to 1.31 (5 regions) to 1.37 times that figure on a few features in their last
-round (the table's header gives it per size), so the cap trims a clean run's widest
-features a little too; a looser cap leaves more of the hostile regions' share."""
+sends and however many rounds. The attack table's clean federations pooled up to 1.37
+(5 regions) and 1.20 (10 regions) times that figure on their widest feature (its
+header), so the cap trims a clean 5-region run's widest features a little; a looser cap
+would leave more of the hostile regions' shares (two of five reach about 1.9)."""
 
 
 def _floor(parts: Sequence[Moments]) -> np.ndarray:
