@@ -23,8 +23,9 @@ server's own worlds judge worse than the previous global one), and
    others, and, under the rules that claim a breakdown point, its means and standard
    deviations held within what the other regions report (`moments.bounded`), so one
    region cannot move the pooled moments by more than its share of the honest regions'
-   own spread, and the round's pooled standard deviations held within a quarter above
-   the median region's (`moments.held`), so a minority's shares cannot add up past it.
+   own spread, and the round's pooled standard deviations held at
+   `moments.POOLED_STD_RATIO` times the median region's (`moments.held`), so a
+   minority's shares cannot add up past it.
    Under every rule, statistics far outside the others' are turned away (`screen`).
 
 Sums run in float64 and every array keeps its own dtype (float32 network weights, float64
