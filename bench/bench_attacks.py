@@ -30,7 +30,8 @@ away and so pooled at the band's edge, variance-x100 multiplies every variance b
 escalating adds 3, 30, 300, ... (ten times more each round) and escalating-spreads puts
 every mean 1, 3, 9, ... spreads above the honest median (pooled as sent, then at the
 band's edge, then turned away). `--attack` runs some
-only. Prints Markdown rows as they finish, then one JSON line.
+only. Prints Markdown rows as they finish, then one JSON line (the command, the
+commit and every row), which `--render` writes into `--doc`, several runs together.
 """
 
 from __future__ import annotations
@@ -59,8 +60,16 @@ from fedmc_flwr.federation.acceptance import rule_score
 from fedmc_flwr.federation.aggregation import RegionUpdate, Weights, aggregate, deltas, screen
 from fedmc_flwr.federation.identity import impostor
 from fedmc_flwr.federation.server_app import initial_weights
-from fedmc_flwr.policies.moments import MIN_PARTS_TO_JUDGE, MOMENT_ARRAYS, Band, Moments, typical
+from fedmc_flwr.policies.moments import (
+    MIN_PARTS_TO_JUDGE,
+    MOMENT_ARRAYS,
+    Band,
+    Moments,
+    std_ratio,
+    typical,
+)
 from fedmc_flwr.policies.ppo import STATISTICS
+from fedmc_flwr.results import code_version
 
 NETWORK_ATTACKS = (
     "sign-flip",
@@ -103,6 +112,12 @@ SMALL = [
 """small_demo's world and learner, trained and judged briefly enough for 80 cells."""
 TARGET_PCT = 5.0
 """A rule holds where its final reward is within this share of clean FedAvg's."""
+HONEST_PCT = 10.0
+"""A rule in SPARING holds where it turns away at most this share of the honest replies,
+in a clean run and under each attack."""
+SPARING = ("acceptance",)
+"""Rules that claim to keep the honest replies: Multi-Krum drops f regions every round by
+design, the per-coordinate rules turn none away."""
 MARKERS = (
     "<!-- attack-table: begin (bench/bench_attacks.py --doc) -->",
     "<!-- attack-table: end -->",
@@ -229,8 +244,9 @@ def widest(replies: list[RegionUpdate], honest: list[int], cut: int) -> np.ndarr
     """How far the honest replies' statistics lie from the other honest regions' (in
     spreads of `moments.Band`): the most for the means and for the standard deviations
     upward, over every group and feature, where a clean run needs them below
-    POOLED_SPREADS to pool exactly."""
-    means, stds = [0.0], [0.0]
+    POOLED_SPREADS to pool exactly; and the most their pooled standard deviation reaches
+    beyond the median region's (`moments.std_ratio`), held at POOLED_STD_RATIO."""
+    means, stds, ratios = [0.0], [0.0], [0.0]
     ours = [replies[k].weights[cut:] for k in honest]
     for k in range(0, len(ours[0]), MOMENT_ARRAYS):
         parts = [Moments.from_arrays(w[k : k + MOMENT_ARRAYS]) for w in ours]
@@ -238,7 +254,8 @@ def widest(replies: list[RegionUpdate], honest: list[int], cut: int) -> np.ndarr
         means.append(float(np.abs(band.mean_spreads(parts)).max()))
         logs = np.log(np.sqrt(np.stack([p.var for p in parts])) + 1e-300)
         stds.append(float(((logs - band.log_std_centre) / band.log_std_spread).max()))
-    return np.array([max(means), max(stds)])
+        ratios.append(float(std_ratio(parts).max()))
+    return np.array([max(means), max(stds), max(ratios)])
 
 
 @dataclass(frozen=True)
@@ -263,7 +280,7 @@ def federate(
     shutil.copytree(tmp / "round1", state)
     hostile_out = honest_out = 0
     honest = [k for k in range(len(first)) if k not in hostile]
-    spreads = np.zeros(2)
+    spreads = np.zeros(3)
     for rnd in range(1, cfg.train.rounds + 1):
         trained = first if rnd == 1 else _train(cfg, weights, rnd, state)
         cut = len(weights) - statistics * MOMENT_ARRAYS
@@ -383,16 +400,41 @@ def _cell_text(row: dict) -> str:
     )
 
 
-def _verdict(rows: list[dict]) -> str:
-    """Whether one rule held within TARGET_PCT of clean at one hostile count."""
+def _turned_away_pct(row: dict) -> float:
+    """The share of a cell's honest replies turned away, in percent."""
+    turned, replies = (int(x) for x in row["honest_rejected"].split("/"))
+    return 100 * turned / replies
+
+
+def _verdict(rule: str, rows: list[dict], clean: dict | None) -> str:
+    """Whether `rule` held within TARGET_PCT of clean at one hostile count (`rows`, one per
+    attack), and for a rule in SPARING whether it kept HONEST_PCT of the honest replies
+    there and in its `clean` run; a rule in CLAIMLESS claims nothing, and its worst row is
+    given as measured."""
     if "refused" in rows[0]:
         return f"refused in one line: `{rows[0]['refused']}`"
-    misses = [r for r in rows if r["vs_clean_pct"] < -TARGET_PCT]
     worst = min(rows, key=lambda r: r["vs_clean_pct"])
+    if rule in CLAIMLESS:
+        return (
+            f"no breakdown point, none claimed (worst {worst['vs_clean_pct']:+.1f}%, "
+            f"{worst['attack']})"
+        )
+    misses = [r for r in rows if r["vs_clean_pct"] < -TARGET_PCT]
     if not misses:
-        return f"holds (worst {worst['vs_clean_pct']:+.1f}%, {worst['attack']})"
-    named = ", ".join(f"{r['attack']} {r['vs_clean_pct']:+.1f}%" for r in misses)
-    return f"**misses** the {TARGET_PCT:g}% target: {named}"
+        verdict = f"holds (worst {worst['vs_clean_pct']:+.1f}%, {worst['attack']})"
+    else:
+        named = ", ".join(f"{r['attack']} {r['vs_clean_pct']:+.1f}%" for r in misses)
+        verdict = f"**misses** the {TARGET_PCT:g}% target: {named}"
+    if rule not in SPARING:
+        return verdict
+    judged = [*rows, *([clean] if clean else [])]
+    most = max(judged, key=_turned_away_pct)
+    if _turned_away_pct(most) == 0:
+        return f"{verdict}; no honest reply turned away"
+    held = "at most" if _turned_away_pct(most) <= HONEST_PCT else "**over** the 10% target:"
+    return (
+        f"{verdict}; honest replies turned away {held} {most['honest_rejected']} ({most['attack']})"
+    )
 
 
 def tables(rows: list[dict]) -> str:
@@ -412,7 +454,8 @@ def tables(rows: list[dict]) -> str:
             out += [
                 f"**{f} of {n} hostile ({100 * f / n:.0f}%)**, clean FedAvg {clean:.4f} (its "
                 f"regions' statistics within {spreads[0]:.2f} spreads of the others' for the "
-                f"means, {spreads[1]:.2f} for the standard deviations)",
+                f"means, {spreads[1]:.2f} for the standard deviations; their pooled standard "
+                f"deviation {spreads[2]:.2f} times the median region's)",
                 "",
             ]
             out += ["| attack | " + " | ".join(rules) + " |", "|---|" + "---|" * len(rules)]
@@ -425,23 +468,28 @@ def tables(rows: list[dict]) -> str:
             out.append("")
             for rule in rules:
                 judged = [cells[a, rule] for a in ATTACKS if (a, rule) in cells]
-                out.append(f"- `{rule}`: {_verdict(judged)}")
+                out.append(f"- `{rule}`: {_verdict(rule, judged, cells.get(('none', rule)))}")
             out.append("")
     return "\n".join(out)
 
 
-def write_doc(doc: Path, rows: list[dict], command: str, wall_s: float, load: str) -> None:
-    """Replace the generated part of `doc` (between the MARKERS) with the tables."""
+def write_doc(doc: Path, runs: list[dict]) -> None:
+    """Replace the generated part of `doc` (between the MARKERS) with the tables of the
+    `runs` (each the JSON line `main` ends with), each run's command and commit above."""
     text = doc.read_text()
     begin, end = MARKERS
     if begin not in text or end not in text:
         raise SystemExit(f"{doc}: no generated section ({begin} ... {end})")
     head, rest = text.split(begin, 1)
     _, tail = rest.split(end, 1)
-    body = (
-        f"Generated by `{command}`: {wall_s / 60:.1f} min wall on this 2-core machine, "
-        f"load average {load} at the end.\n\n{tables(rows)}"
-    )
+    made = [
+        f"`{r['command']}` at commit {r['commit']}{' (uncommitted changes)' * r['dirty']}: "
+        f"{r['wall_s'] / 60:.1f} min wall on {r['cpus']} cores, load average {r['load']} at "
+        "the end"
+        for r in runs
+    ]
+    rows = [row for r in runs for row in r["rows"]]
+    body = "Generated by " + ";\n".join(made) + f".\n\n{tables(rows)}"
     doc.write_text(f"{head}{begin}\n{body}\n{end}{tail}")
 
 
@@ -454,9 +502,21 @@ def main() -> None:
     parser.add_argument("--attack", action="append", choices=ATTACKS, help="some attacks only")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="cells at once")
     parser.add_argument("--doc", type=Path, help="write the tables into this file's section")
+    parser.add_argument(
+        "--render",
+        type=Path,
+        action="append",
+        help="instead of running: a saved output of a run (its last line), for --doc",
+    )
     args = parser.parse_args()
+    if args.render:
+        if not args.doc:
+            raise SystemExit("--render writes into --doc")
+        write_doc(args.doc, [json.loads(p.read_text().splitlines()[-1]) for p in args.render])
+        return
     _worker_threads()
     print(f"load average: {os.getloadavg()}", flush=True)
+    version = code_version()  # the code the cells import, before anything is edited
     began = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-attacks-") as tmp:
         sizes, shares = args.regions or [5, 10], args.share or [0.2, 0.4]
@@ -466,13 +526,19 @@ def main() -> None:
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(tables(rows))
     print(f"load average: {load}, wall {wall:.0f} s")
+    summary = {
+        "command": "python " + " ".join(sys.argv),
+        **version,
+        "cpus": os.cpu_count(),
+        "load": load,
+        "config": str(args.config),
+        "small": SMALL,
+        "wall_s": round(wall),
+        "rows": rows,
+    }
     if args.doc:
-        write_doc(args.doc, rows, "python " + " ".join(sys.argv), wall, load)
-    print(
-        json.dumps(
-            {"config": str(args.config), "small": SMALL, "wall_s": round(wall), "rows": rows}
-        )
-    )
+        write_doc(args.doc, [summary])
+    print(json.dumps(summary))
 
 
 if __name__ == "__main__":

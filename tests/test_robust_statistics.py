@@ -12,7 +12,16 @@ import pytest
 from fedmc_flwr.config import FaultConfig, FederationConfig
 from fedmc_flwr.federation import faults
 from fedmc_flwr.federation.aggregation import RegionUpdate, aggregate, pool_statistics, screen
-from fedmc_flwr.policies.moments import POOLED_SPREADS, Moments, bounded, centre, outliers, pool
+from fedmc_flwr.policies.moments import (
+    POOLED_SPREADS,
+    POOLED_STD_RATIO,
+    Moments,
+    bounded,
+    centre,
+    outliers,
+    pool,
+    std_ratio,
+)
 
 DIM = 4
 LAYER = np.zeros(2, np.float32)
@@ -65,7 +74,10 @@ def _assert_within_honest_spread(
     assert np.all(np.sqrt(pooled.var) >= np.sqrt(1.0 - share) * std)
 
 
-def test_a_clean_federation_pools_exactly_as_before() -> None:
+def test_a_clean_federation_pools_exactly_where_its_spread_is_typical() -> None:
+    """Honest regions inside the band pool exactly, except on a feature whose pooled
+    standard deviation exceeds POOLED_STD_RATIO times the median region's (here one
+    feature of three regions, whose standard deviations lie 0.18 to 0.33), held there."""
     for regions in (3, 5, 10):
         honest = _honest(regions)
         assert outliers(honest) == {}
@@ -74,8 +86,32 @@ def test_a_clean_federation_pools_exactly_as_before() -> None:
             pool_statistics(PREVIOUS[1:], [m.arrays() for m in honest], [100] * regions)
         )
         exact = pool([Moments.empty(DIM), *honest])
-        np.testing.assert_array_equal(pooled.mean, exact.mean)
-        np.testing.assert_array_equal(pooled.var, exact.var)
+        np.testing.assert_allclose(pooled.mean, exact.mean, rtol=1e-15)
+        typical = std_ratio(honest) <= POOLED_STD_RATIO
+        assert typical.sum() >= DIM - (regions == 3)
+        np.testing.assert_allclose(pooled.var[typical], exact.var[typical], rtol=1e-15)
+        limit = POOLED_STD_RATIO * np.sqrt(centre(honest).var[~typical])
+        np.testing.assert_allclose(np.sqrt(pooled.var[~typical]), limit, rtol=1e-12)
+
+
+@pytest.mark.parametrize(("regions", "hostile"), [(5, 1), (5, 2), (10, 4), (3, 1)])
+def test_scaled_variances_cannot_widen_the_pool_past_the_honest_spread(
+    regions: int, hostile: int
+) -> None:
+    """Hostile regions (fewer than half) that send their variances x100 are each pooled
+    at the band's edge, e times the others' standard deviation or more, and those shares
+    add up (about twice the honest standard deviation at 2 of 5) unless the pooled
+    standard deviation is held at POOLED_STD_RATIO times the median region's, which
+    lies among the honest regions' own standard deviations about their means."""
+    honest = _honest(regions - hostile)
+    sent = [_poisoned(m, "scale-variance", 100.0) for m in _honest(hostile, seed=50)]
+    kept, rejected = screen(_updates([*honest, *sent]), PREVIOUS, ROBUST, statistics=1)
+    assert rejected == {}
+    pooled = Moments.from_arrays(aggregate(kept, PREVIOUS, ROBUST, 1)[1:])
+    means = np.stack([m.mean for m in honest])
+    reach = (means.max(axis=0) - means.min(axis=0)) ** 2
+    widest = np.sqrt(np.max([m.var for m in honest], axis=0) + reach)
+    assert np.all(np.sqrt(pooled.var) <= POOLED_STD_RATIO * widest)
 
 
 @pytest.mark.parametrize("regions", [3, 5, 10])

@@ -401,7 +401,9 @@ class FederationConfig:
     acceptance_tolerance: float = 0.1
     """'acceptance': a region's network is kept when its mean reward on the server's worlds
     is at least the better of the previous global network's and the candidates' lower
-    median less this share of that reward's size (docs/security.md)."""
+    median less the larger of this share of the median's size and the share of its gain
+    over the previous network a candidate may lose (1 - `aggregation.GAIN_KEPT`;
+    docs/security.md)."""
     clip: float = 0.0
     """Clip each region's update (its change of the network weights this round) to at most
     `clip` times the round's median update norm before combining; 0 turns clipping off."""
