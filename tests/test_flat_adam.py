@@ -100,7 +100,7 @@ def test_a_training_round_in_a_fresh_process_never_imports_torch_dynamo() -> Non
     deployment-engine message) would otherwise import `torch._dynamo` at its first round."""
     probe = (
         "import sys\n"
-        "from fedmc_flwr.config import load_config\n"
+        "from fedmc_flwr.config import learner_plan, load_config\n"
         "from fedmc_flwr.policies.ppo import PPOLearner\n"
         f"cfg = load_config({str(TINY)!r})\n"
         "PPOLearner(learner_plan(cfg, [0]), seed=0).train_round(cfg.ppo.rollout_steps)\n"

@@ -27,7 +27,7 @@ class _Watched:
         self.name = policy.name
         self._policy = policy
         self._nodes = sim.nodes_per_region
-        self.price = sim.layout.region("price")
+        self._price = sim.layout.region("price")
         self._carbon = sim.layout.region("carbon")
         self.jobs = np.zeros(sim.num_regions)
         self.price = np.zeros(sim.num_regions)
@@ -38,7 +38,7 @@ class _Watched:
         where = actions // self._nodes
         envs = np.arange(len(actions))
         np.add.at(self.jobs, where, 1.0)
-        np.add.at(self.price, where, obs[:, self.price][envs, where])
+        np.add.at(self.price, where, obs[:, self._price][envs, where])
         np.add.at(self.carbon, where, obs[:, self._carbon][envs, where])
         return actions
 
