@@ -19,6 +19,7 @@ from pathlib import Path
 
 from fedmc_flwr.config import ConfigError, ExperimentConfig, find_config, load_config
 from fedmc_flwr.errors import InputError, RunFailure
+from fedmc_flwr.federation import load_choices
 from fedmc_flwr.integrations import cli as hooks_cli
 from fedmc_flwr.outputs import output_dir
 
@@ -305,6 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `fedmc` console script; returns the process exit code."""
     args = _parser().parse_args(argv)
     label = _label(args)
+    load_choices()  # before any command loads a config, whichever it is
     try:
         if args.command in ("export", "hooks"):
             return hooks_cli.run(args)

@@ -19,8 +19,11 @@ from filelock import FileLock
 from xdist.scheduler import LoadFileScheduling
 
 from fedmc_flwr.config import ExperimentConfig, WorldConfig, load_config
+from fedmc_flwr.federation import load_choices
 from fedmc_flwr.policies.base import Policy
 from fedmc_flwr.sim.world import METRIC_NAMES, MultiCloudSim
+
+load_choices()  # as every entry point does: each config a test loads has every name checked
 
 REPO = Path(__file__).resolve().parents[1]
 """The repository root."""

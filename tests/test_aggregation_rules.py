@@ -4,12 +4,22 @@ through the registry alone, so a new rule is an entry there (docs/extending.md).
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import replace
 
 import numpy as np
 import pytest
+from conftest import SMALL_DEMO
 
-from fedmc_flwr.config import BREAKDOWN_POINTS, ExperimentConfig, FederationConfig, allowed_values
+from fedmc_flwr import choices
+from fedmc_flwr.config import (
+    ConfigError,
+    ExperimentConfig,
+    FederationConfig,
+    allowed_values,
+    load_config,
+)
+from fedmc_flwr.federation import aggregation
 from fedmc_flwr.federation.acceptance import rule_score
 from fedmc_flwr.federation.aggregation import (
     AGGREGATIONS,
@@ -24,8 +34,14 @@ from fedmc_flwr.federation.aggregation import (
 
 
 def test_the_registry_implements_exactly_the_names_the_config_allows() -> None:
-    assert list(AGGREGATIONS) == list(allowed_values(FederationConfig, "aggregation"))
-    assert list(AGGREGATIONS) == list(BREAKDOWN_POINTS)
+    """The config reads the names and breakdown points from the registry
+    (`choices.AGGREGATIONS`), and `AGGREGATIONS`' docstring explains every rule."""
+    assert allowed_values(FederationConfig, "aggregation") == tuple(AGGREGATIONS)
+    breakdowns = {name: rule.breakdown for name, rule in AGGREGATIONS.items()}
+    assert choices.AGGREGATIONS.facts() == breakdowns
+    source = inspect.getsource(aggregation)
+    explained = source.split("AGGREGATIONS: dict[str, Rule] = {", 1)[1].split('"""')[1]
+    assert [name for name in AGGREGATIONS if f"'{name}'" not in explained] == []
 
 
 def _update(region: int, value: float, steps: int = 10) -> RegionUpdate:
@@ -50,18 +66,24 @@ def test_each_rule_combines_as_its_entry_says(rule: str, expected: float) -> Non
 
 
 def test_a_rule_is_an_entry_in_the_registry(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A rule that keeps only the region with the most steps, added by its entry alone."""
+    """A rule that keeps only the region with the most steps, added by its entry alone: the
+    server applies it, and the config accepts its name and enforces its breakdown point."""
 
     def busiest(kept: list[RegionUpdate], screening: Screening) -> Selection:
         top = max(kept, key=lambda u: u.num_examples)
         return [top], {u.region: "not the busiest" for u in kept if u is not top}
 
-    monkeypatch.setitem(AGGREGATIONS, "busiest", Rule(steps_weighted, busiest))
+    rule = Rule(steps_weighted, busiest, breakdown=lambda regions, _, __: regions // 3)
+    monkeypatch.setitem(AGGREGATIONS, "busiest", rule)
     federation = FederationConfig(aggregation="busiest")
     kept, rejected = screen(UPDATES, PREVIOUS, federation, statistics=1)
     assert [u.region for u in kept] == [1]
     assert rejected == {0: "not the busiest", 2: "not the busiest"}
     np.testing.assert_array_equal(aggregate(kept, PREVIOUS, federation, 1)[0], 2.0)
+    chosen = ["federation.aggregation=busiest", "world.regions=3"]
+    assert load_config(SMALL_DEMO, chosen).federation.aggregation == "busiest"
+    with pytest.raises(ConfigError, match="expected at most 1, its breakdown point"):
+        load_config(SMALL_DEMO, [*chosen, "federation.byzantine=2"])
 
 
 def test_the_servers_score_is_built_only_for_a_rule_that_needs_it(

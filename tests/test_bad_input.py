@@ -255,6 +255,20 @@ def test_a_bad_config_through_the_console_script_is_one_line() -> None:
     assert done.stderr.count("\n") == 1 and "world.load" in done.stderr
 
 
+def test_a_fresh_command_refuses_an_unknown_rule_naming_the_registered_ones() -> None:
+    """The names the config reads from the registries (`fedmc_flwr.choices`) are there
+    before a command loads its config, in a process that has imported nothing else."""
+    done = subprocess.run(
+        [sys.executable, "-m", "fedmc_flwr.cli", "baselines", "--set", "federation.aggregation=x"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "federation.aggregation = 'x' is not allowed; expected 'mean'" in done.stderr
+    assert "'acceptance'" in done.stderr
+
+
 def test_a_row_cut_short_by_a_crash_is_dropped_on_resume(tmp_path: Path) -> None:
     table = tmp_path / "metrics.csv"
     writer = MetricsWriter(table)

@@ -190,9 +190,29 @@ def _field_docstrings(schema: type) -> dict[str, str]:
     return docs
 
 
-# imitation_teacher's docstring points to the dispatchers; test_heuristics holds its
-# values (every dispatcher but the oracles) equal to the dispatchers' registry.
-NAMED_IN_DOCSTRING = [c for c in CHOICES if c[0] != "ppo.imitation_teacher"]
+REGISTERED = {
+    "ppo.imitation_teacher": "policies/heuristics.py:DISPATCHERS",
+    "federation.aggregation": "federation/aggregation.py:AGGREGATIONS",
+}
+"""The choices whose names the code above the config registers (`fedmc_flwr.choices`),
+each with its registry, where each name is explained (a dispatcher's class docstring; the
+rules in `AGGREGATIONS`' docstring: tests/test_heuristics.py, test_aggregation_rules.py)."""
+NAMED_IN_DOCSTRING = [c for c in CHOICES if c[0] not in REGISTERED]
+
+
+def test_the_registered_choices_are_the_ones_read_from_a_registry() -> None:
+    """`one_of` checks a registered choice's default only once the names are registered:
+    here, each default is one of them."""
+    specs = {key: schema.__dataclass_fields__[name] for key, schema, name in CHOICES}
+    read = {key for key, spec in specs.items() if callable(spec.metadata[config.ALLOWED])}
+    assert read == set(REGISTERED)
+    assert all(specs[key].default in config.choice_values(specs[key]) for key in REGISTERED)
+
+
+@pytest.mark.parametrize("key", REGISTERED)
+def test_a_registered_choices_docstring_names_its_registry(key: str) -> None:
+    ((schema, name),) = [(s, n) for k, s, n in CHOICES if k == key]
+    assert f"`{REGISTERED[key]}`" in _field_docstrings(schema)[name]
 
 
 @pytest.mark.parametrize(

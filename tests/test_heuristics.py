@@ -4,20 +4,26 @@ queueing theory says they should."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from fedmc_flwr import choices
 from fedmc_flwr.config import (
-    DISPATCHER_NAMES,
-    IMITATION_TEACHERS,
-    ORACLE_NAMES,
+    ConfigError,
     ExperimentConfig,
+    PPOConfig,
     WorldConfig,
+    allowed_values,
+    imitation_teachers,
+    load_config,
 )
 from fedmc_flwr.policies.heuristics import (
     DISPATCHERS,
     ORACLES,
+    JSQPolicy,
+    MyopicOraclePolicy,
     RoundRobinPolicy,
     TwoTierPolicy,
 )
@@ -26,14 +32,42 @@ from fedmc_flwr.sim.world import METRIC_NAMES, MultiCloudSim
 LATENCY, CARBON = METRIC_NAMES.index("latency_ms"), METRIC_NAMES.index("carbon_g")
 
 
-def test_registry_names_and_order() -> None:
-    assert tuple(DISPATCHERS) == DISPATCHER_NAMES
-    assert frozenset(ORACLE_NAMES) == ORACLES
+def test_the_config_allows_exactly_the_registered_dispatchers() -> None:
+    """The config reads the names from the registry (`choices.DISPATCHERS`): the names it
+    allows and the dispatchers there cannot differ, and each is explained where it is
+    declared (its class docstring)."""
+    assert choices.DISPATCHERS.facts() == {name: d.oracle for name, d in DISPATCHERS.items()}
     assert {name for name in DISPATCHERS if name.startswith("myopic-oracle")} == ORACLES
+    teachers = tuple(name for name in DISPATCHERS if name not in ORACLES)
+    assert allowed_values(PPOConfig, "imitation_teacher") == teachers
     assert DISPATCHERS["two-tier"] is TwoTierPolicy
+    assert all(dispatcher.__doc__ for dispatcher in DISPATCHERS.values())
 
 
-@pytest.mark.parametrize("name", DISPATCHER_NAMES)
+def test_a_dispatcher_is_an_entry_in_its_registry(
+    monkeypatch: pytest.MonkeyPatch, small_demo_path: Path
+) -> None:
+    """A dispatcher added by its entry in `DISPATCHERS` alone is a name the config accepts
+    (a teacher), and one that declares itself an oracle is refused as a teacher."""
+
+    class Shortest(JSQPolicy):
+        """JSQ under another name."""
+
+        name = "shortest"
+
+    class Peeking(MyopicOraclePolicy):
+        """The myopic oracle under another name."""
+
+        name = "peeking"
+
+    monkeypatch.setitem(DISPATCHERS, Shortest.name, Shortest)
+    monkeypatch.setitem(DISPATCHERS, Peeking.name, Peeking)
+    assert load_config(small_demo_path, ["ppo.imitation_teacher=shortest"]).ppo.imitation_teacher
+    with pytest.raises(ConfigError, match=r"ppo\.imitation_teacher = 'peeking' is not allowed"):
+        load_config(small_demo_path, ["ppo.imitation_teacher=peeking"])
+
+
+@pytest.mark.parametrize("name", list(DISPATCHERS))
 def test_never_a_masked_action_under_outages_and_full_queues(
     name: str, small_demo: ExperimentConfig, rollout
 ) -> None:
@@ -245,7 +279,7 @@ def test_no_dispatcher_beats_jsq_on_identical_servers(
     small_demo: ExperimentConfig, identical_world: WorldConfig, rollout
 ) -> None:
     """Winston (1977): JSQ is optimal for identical exponential servers."""
-    names = list(IMITATION_TEACHERS)
+    names = list(imitation_teachers())
     latency = _latencies(small_demo, identical_world, names, rollout)
     for name in names:
         gap = latency[name] - latency["jsq"]

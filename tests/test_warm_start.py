@@ -10,8 +10,8 @@ import pytest
 from test_ppo import tiny_cfg
 
 from fedmc_flwr.config import (
-    IMITATION_TEACHERS,
     ConfigError,
+    imitation_teachers,
     learner_plan,
     learner_world,
     load_config,
@@ -24,7 +24,7 @@ from fedmc_flwr.sim.world import MultiCloudSim
 
 
 def test_the_teachers_a_config_may_name_are_the_dispatchers_but_the_oracles() -> None:
-    assert set(IMITATION_TEACHERS) == set(DISPATCHERS) - ORACLES
+    assert set(imitation_teachers()) == set(DISPATCHERS) - ORACLES
 
 
 def _agreement_with_sed(learner: PPOLearner, seed: int) -> float:

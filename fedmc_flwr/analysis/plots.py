@@ -35,10 +35,10 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from fedmc_flwr.analysis.statistics import stratified_mean
-from fedmc_flwr.config import ORACLE_NAMES
 from fedmc_flwr.metrics import METRICS
+from fedmc_flwr.policies.heuristics import ORACLES, MyopicOraclePolicy
 
-FULL_ORACLE = ORACLE_NAMES[0]
+FULL_ORACLE = MyopicOraclePolicy.name
 """The oracle drawn as a line: it reads the waiting job's size and the exact backlogs."""
 
 PANELS = (
@@ -69,7 +69,7 @@ class Style:
 
 
 ORACLE = "reference: reads hidden state"
-"""The role of an oracle (`config.ORACLE_NAMES`) among the references."""
+"""The role of an oracle (`heuristics.ORACLES`) among the references."""
 REFERENCE_STYLES = {
     "baseline": Style("black", "", "--"),
     "best dispatcher": Style("0.35", "", "-."),
@@ -112,7 +112,7 @@ def dispatcher_references(
     deployed dispatcher sees, unless one is the baseline, then the oracle that reads every
     hidden fact (role ORACLE). The oracles that read one fact each split that oracle's lead
     in the tables; as lines they would crowd the panel without a new ceiling."""
-    oracles = [str(policy) for policy in levels.index if policy in ORACLE_NAMES]
+    oracles = [str(policy) for policy in levels.index if policy in ORACLES]
     deployable = levels.drop(oracles)
     oracles = [policy for policy in oracles if policy == FULL_ORACLE]
     chosen = {}

@@ -37,8 +37,8 @@ from matplotlib.transforms import Bbox
 
 from fedmc_flwr.analysis.plots import band_legend_entry, learner_styles
 from fedmc_flwr.analysis.statistics import over_training_seeds
-from fedmc_flwr.config import ORACLE_NAMES
 from fedmc_flwr.metrics import METRICS
+from fedmc_flwr.policies.heuristics import ORACLES
 
 FORMATS = ("png", "svg")
 LABELS = {
@@ -105,7 +105,7 @@ def _learner_ci(summary: pd.DataFrame) -> str:
 def _reference(summary: pd.DataFrame) -> str:
     """The dispatcher drawn as the dashed line: the baseline if it is one, else the best
     that sees only what a deployed dispatcher sees (an oracle reads hidden state)."""
-    dispatchers = summary[~summary["learner"] & ~summary["policy"].isin(ORACLE_NAMES)]
+    dispatchers = summary[~summary["learner"] & ~summary["policy"].isin(ORACLES)]
     baseline = str(summary["baseline"].iloc[0])
     if baseline in set(dispatchers["policy"]):
         return baseline

@@ -14,9 +14,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from fedmc_flwr.choices import AGGREGATIONS
 from fedmc_flwr.config.schema import (
-    ALLOWED,
-    BREAKDOWN_POINTS,
     EXPERIENCE_LISTS,
     PACKAGED_STEP_S,
     PACKAGED_TRACES,
@@ -25,6 +24,7 @@ from fedmc_flwr.config.schema import (
     Experience,
     ExperimentConfig,
     RewardWeights,
+    choice_values,
 )
 
 
@@ -134,9 +134,9 @@ _RANGES: dict[str, _Check] = {
 
 
 def breakdown_point(aggregation: str, regions: int, trim_fraction: float, min_regions: int) -> int:
-    """The most hostile regions `aggregation` holds against among `regions`
-    (`BREAKDOWN_POINTS`; 0 for a rule that makes no claim)."""
-    bound = BREAKDOWN_POINTS[aggregation]
+    """The most hostile regions `aggregation` holds against among `regions` (its rule's
+    `breakdown`, read through `choices.AGGREGATIONS`; 0 for a rule that makes no claim)."""
+    bound = AGGREGATIONS.facts()[aggregation]
     return 0 if bound is None else bound(regions, trim_fraction, min_regions)
 
 
@@ -225,20 +225,17 @@ def _check_federation(cfg: DictConfig, source: str) -> None:
             f"{source}: federation.trim_fraction = {federation.trim_fraction} trims no region "
             f"of {regions}; expected at least {1 / regions:.3g} (or aggregation 'median')"
         )
-    most = breakdown_point(
-        federation.aggregation, regions, federation.trim_fraction, federation.min_regions
-    )
-    counted = federation.byzantine != "auto"
-    if (
-        counted
-        and BREAKDOWN_POINTS[federation.aggregation] is not None
-        and federation.byzantine > most
-    ):
-        raise ConfigError(
-            f"{source}: federation.byzantine = {federation.byzantine} is not allowed with "
-            f"aggregation {federation.aggregation!r} and {regions} regions; expected at most "
-            f"{most}, its breakdown point (docs/security.md)"
-        )
+    # None: a rule that makes no claim, or one this process has not registered (its name
+    # is not checked either: `schema.choice_values`).
+    bound = AGGREGATIONS.facts().get(federation.aggregation)
+    if bound is not None and federation.byzantine != "auto":
+        most = bound(regions, federation.trim_fraction, federation.min_regions)
+        if federation.byzantine > most:
+            raise ConfigError(
+                f"{source}: federation.byzantine = {federation.byzantine} is not allowed with "
+                f"aggregation {federation.aggregation!r} and {regions} regions; expected at "
+                f"most {most}, its breakdown point (docs/security.md)"
+            )
     for k, fault in enumerate(cfg.faults):
         where = f"{source}: faults[{k}]"
         if not 0 <= fault.region < regions:
@@ -266,8 +263,8 @@ def _check_choices(node: DictConfig, schema: type, source: str, prefix: str = ""
     hints = typing.get_type_hints(schema)
     for spec in dataclasses.fields(schema):
         key, value, kind = f"{prefix}{spec.name}", node[spec.name], hints[spec.name]
-        allowed = spec.metadata.get(ALLOWED)
-        if allowed is not None and value not in allowed:
+        allowed = choice_values(spec)
+        if allowed and value not in allowed:
             raise ConfigError(
                 f"{source}: {key} = {value!r} is not allowed; expected "
                 f"{_either(allowed)}{spec.metadata['note']}"

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from fedmc_flwr.choices import AGGREGATIONS, DISPATCHERS
 from fedmc_flwr.errors import InputError
 
 
@@ -25,20 +26,39 @@ class ConfigError(InputError, ValueError):
 ALLOWED = "allowed"
 """The metadata key of a field's allowed values (`one_of`)."""
 
+Allowed = tuple[str, ...] | Callable[[], tuple[str, ...]]
+"""A choice's values: the names themselves, or a function that reads them from the
+registry of the code that implements them (`fedmc_flwr.choices`)."""
 
-def one_of(allowed: tuple[str, ...], default: str, note: str = "") -> Any:
-    """A string field that takes one of `allowed`, declared once, beside the field: the
-    check and its message are built from it (`_check_choices`), and other modules read
-    it back with `allowed_values`. `note` ends the message (where a related key lives)."""
-    if default not in allowed:
+
+def one_of(allowed: Allowed, default: str, note: str = "") -> Any:
+    """A string field that takes one of `allowed`, declared once: the check and its
+    message are built from it (`_check_choices`), and other modules read it back with
+    `allowed_values`. Names the config owns are given here, beside the field; names that
+    code above the config implements (the dispatchers, the aggregation rules) are read from
+    their registry each time a config is checked, so a new one is an entry there alone.
+    `note` ends the message (where a related key lives)."""
+    if not callable(allowed) and default not in allowed:
         raise ValueError(f"default {default!r} is not one of {allowed}")
     return field(default=default, metadata={ALLOWED: allowed, "note": note})
+
+
+def choice_values(spec: dataclasses.Field[Any]) -> tuple[str, ...] | None:
+    """The values a `one_of` field allows now (None for any other field). A registry's
+    names are empty while the module that implements them is not loaded: nothing in this
+    process can act on such a name, and every entry point loads them all before it loads a
+    config (`federation.load_choices`)."""
+    allowed: Allowed | None = spec.metadata.get(ALLOWED)
+    return allowed() if callable(allowed) else allowed
 
 
 def allowed_values(schema: type, name: str) -> tuple[str, ...]:
     """The values field `name` of `schema` allows (declared with `one_of`)."""
     (found,) = [f for f in dataclasses.fields(schema) if f.name == name]
-    return found.metadata[ALLOWED]
+    values = choice_values(found)
+    if values is None:
+        raise ValueError(f"{schema.__name__}.{name} is not a choice (`one_of`)")
+    return values
 
 
 @dataclass
@@ -186,26 +206,12 @@ class WorldConfig:
 
 SIZE_AGNOSTIC_POLICIES = ("two-tier", "node-scorer")
 """The networks whose parameters fit an estate of any shape."""
-DISPATCHER_NAMES = (
-    "random",
-    "round-robin",
-    "jsq",
-    "two-tier",
-    "power-of-2",
-    "sed",
-    "cheapest-region",
-    "greenest-region",
-    "myopic-expected",
-    "myopic-oracle",
-    "myopic-oracle-size",
-    "myopic-oracle-backlogs",
-)
-"""Every dispatcher of `policies/heuristics.py`, in its registry's order (a test holds the
-two equal)."""
-ORACLE_NAMES = ("myopic-oracle", "myopic-oracle-size", "myopic-oracle-backlogs")
-"""The dispatchers that read what the observation hides: references, never competitors."""
-IMITATION_TEACHERS = tuple(name for name in DISPATCHER_NAMES if name not in ORACLE_NAMES)
-"""The dispatchers `ppo.imitation_teacher` may name: a teacher reads only the observation."""
+
+
+def imitation_teachers() -> tuple[str, ...]:
+    """The dispatchers `ppo.imitation_teacher` may name: every registered one but the
+    oracles (`choices.DISPATCHERS`), since a teacher reads only the observation."""
+    return DISPATCHERS.names(lambda oracle: not oracle)
 
 
 @dataclass
@@ -259,9 +265,9 @@ class PPOConfig:
     rollout; PPO takes the round's other steps. Only a learner that starts from scratch
     imitates (round 1 of a federation, a local learner's first round), never one that
     starts from the federation's weights (a late region). 0 turns it off."""
-    imitation_teacher: str = one_of(IMITATION_TEACHERS, "sed")
-    """The dispatcher a learner imitates (`policies/heuristics.py`; not an oracle, which
-    reads what the observation hides)."""
+    imitation_teacher: str = one_of(imitation_teachers, "sed")
+    """The dispatcher a learner imitates: any of `policies/heuristics.py:DISPATCHERS`
+    but the oracles, which read what the observation hides."""
     privileged_critic: bool = False
     """The critic also reads what the simulation knows and the observation does not (the
     waiting job's true size, exact backlogs: `policies/privileged.py`); the actor, which
@@ -341,26 +347,6 @@ SERVER_OPTIMIZERS = ("none", "fedavgm", "fedadam")
 """The server's steps `federation.server_optimizer` may name (`federation/server_optimizers.py`
 takes each)."""
 
-Breakdown = Callable[[int, float, int], int]
-"""(regions, trim_fraction, min_regions) -> the most hostile regions a rule holds against."""
-
-BREAKDOWN_POINTS: dict[str, Breakdown | None] = {
-    "mean": None,
-    "trimmed-mean": lambda regions, trim_fraction, _: int(trim_fraction * regions),
-    "median": lambda regions, _, __: (regions - 1) // 4,
-    "multi-krum": lambda regions, _, __: max(0, (regions - 3) // 2),
-    "acceptance": lambda regions, _, min_regions: regions - min_regions,
-}
-"""The aggregation rules `federation.aggregation` may name, each with its breakdown point
-(docs/security.md), which the config enforces before any work starts: 'mean' makes no
-claim (None: it does not read `federation.byzantine`); 'trimmed-mean' holds as many as it
-trims at each end; 'median' f with regions >= 4 f + 1 (its classical bound, fewer than
-half, bounds the damage but did not keep the policy within 5% of clean); 'multi-krum'
-Krum's condition regions >= 2 f + 3 (identical copies beyond it are each other's nearest
-neighbours and are kept); 'acceptance' all but `min_regions`, since each update is judged
-on the server's worlds, not by its neighbours. `federation/aggregation.py:AGGREGATIONS`
-implements each name (`tests/test_aggregation_rules.py` holds the two equal)."""
-
 
 @dataclass
 class FederationConfig:
@@ -376,15 +362,13 @@ class FederationConfig:
     proximal_mu: float = 0.0
     """FedProx (Li et al. 2020): each client adds mu/2 * ||w - w_global||^2 to its loss, so
     its local weights stay near the round's global ones (0 turns it off)."""
-    aggregation: str = one_of(tuple(BREAKDOWN_POINTS), "mean")
-    """How the regions' networks are combined: 'mean' (weighted by environment steps),
-    'trimmed-mean' (per coordinate, the `trim_fraction` largest and smallest values of the
-    regions dropped first), 'median' (per coordinate), 'multi-krum' (free riders and the
-    `byzantine` updates farthest from the others turned away as `failed` rows, the mean of
-    the rest) or 'acceptance' (the server scores each region's network on its own
-    validation worlds and averages those that do not fall behind the previous global
-    network; docs/security.md). The robust rules bound what a broken or hostile minority
-    can do to the global model; statistics are pooled with each region's count capped."""
+    aggregation: str = one_of(AGGREGATIONS.names, "mean")
+    """How the regions' networks are combined: any rule of
+    `federation/aggregation.py:AGGREGATIONS`, whose docstring says what each does and
+    which bound it claims (docs/security.md compares them); 'mean' is FedAvg's mean
+    weighted by environment steps. The robust rules bound what a broken or hostile
+    minority can do to the global model; statistics are pooled with each region's count
+    capped."""
     byzantine: int | str = "auto"
     """Hostile regions per round the robust rules must hold against: a count, refused
     beyond the rule's breakdown point (`breakdown_point`), or 'auto', the most that

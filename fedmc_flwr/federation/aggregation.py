@@ -43,7 +43,9 @@ import numpy as np
 from flwr.common import Scalar
 from scipy.stats import trim_mean
 
-from fedmc_flwr.config import BREAKDOWN_POINTS, FederationConfig, breakdown_point
+from fedmc_flwr import choices
+from fedmc_flwr.choices import Breakdown
+from fedmc_flwr.config import FederationConfig, breakdown_point
 from fedmc_flwr.policies.moments import (
     MOMENT_ARRAYS,
     Moments,
@@ -430,17 +432,45 @@ class Rule:
     """Free riders are turned away first for every rule that selects."""
     needs_score: bool = False
     """The rule judges candidates on the server's own worlds (`federation/acceptance.py`)."""
+    breakdown: Breakdown | None = None
+    """Its breakdown point (docs/security.md): the most hostile regions it holds against,
+    which the config enforces on `federation.byzantine` before any work starts and 'auto'
+    reads (`config.breakdown_point`); None: it makes no claim and does not read
+    `federation.byzantine`. Under a rule that claims one, each region's running moments
+    are also held within the others' (`pool_statistics`)."""
 
 
 AGGREGATIONS: dict[str, Rule] = {
     "mean": Rule(steps_weighted),
-    "trimmed-mean": Rule(coordinate_trimmed_mean),
-    "median": Rule(coordinate_median),
-    "multi-krum": Rule(steps_weighted, krum_selection),
-    "acceptance": Rule(steps_weighted, acceptance_selection, needs_score=True),
+    "trimmed-mean": Rule(
+        coordinate_trimmed_mean,
+        breakdown=lambda regions, trim_fraction, _: int(trim_fraction * regions),
+    ),
+    "median": Rule(coordinate_median, breakdown=lambda regions, _, __: (regions - 1) // 4),
+    "multi-krum": Rule(
+        steps_weighted, krum_selection, breakdown=lambda regions, _, __: max(0, (regions - 3) // 2)
+    ),
+    "acceptance": Rule(
+        steps_weighted,
+        acceptance_selection,
+        needs_score=True,
+        breakdown=lambda regions, _, min_regions: regions - min_regions,
+    ),
 }
-"""Each name `federation.aggregation` allows (`config.BREAKDOWN_POINTS`, which also holds
-each rule's breakdown point) and what it does."""
+"""Every aggregation rule by the name `federation.aggregation` gives it, the one list of
+them (the config allows these names: `choices.AGGREGATIONS`). 'mean': weighted by
+environment steps, no breakdown point. 'trimmed-mean': per coordinate, the
+`trim_fraction` largest and smallest values of the regions dropped first; it holds as many
+as it trims at each end. 'median': per coordinate; it holds f with regions >= 4 f + 1 (its
+classical bound, fewer than half, bounds the damage but did not keep the policy within 5%
+of clean). 'multi-krum': free riders and the `byzantine` updates farthest from the others
+turned away as `failed` rows, the mean of the rest; it holds Krum's condition regions >=
+2 f + 3 (identical copies beyond it are each other's nearest neighbours and are kept).
+'acceptance': the server scores each region's network on its own validation worlds and
+averages those that do not fall behind the previous global network; it holds all but
+`min_regions`, since each update is judged on the server's worlds, not by its neighbours
+(docs/security.md)."""
+choices.AGGREGATIONS.implemented_by(AGGREGATIONS, lambda rule: rule.breakdown)
 
 
 def screen(
@@ -565,6 +595,6 @@ def aggregate(
     combined = AGGREGATIONS[federation.aggregation].combine(networks, steps, federation)
     if federation.strategy == "shrink":
         combined = shrink(combined, previous[:cut], federation.mu)
-    robust = BREAKDOWN_POINTS.get(federation.aggregation) is not None
+    robust = AGGREGATIONS[federation.aggregation].breakdown is not None
     fresh = [u.weights[cut:] for u in ordered]
     return combined + pool_statistics(previous[cut:], fresh, steps, bound=robust)

@@ -52,6 +52,7 @@ from flwr.server.compat import start_grid
 
 from fedmc_flwr.config import ExperimentConfig, join_round, learner_plan, load_config, to_yaml
 from fedmc_flwr.errors import InputError
+from fedmc_flwr.federation import load_choices
 from fedmc_flwr.federation.acceptance import rule_score
 from fedmc_flwr.federation.console import number_rounds_from, quiet_flower
 from fedmc_flwr.federation.identity import by_key
@@ -101,6 +102,7 @@ def experiment_config(run_config: dict[str, Scalar]) -> ExperimentConfig:
     if missing:
         raise KeyError(f"run config lacks {missing}; see [tool.flwr.app.config] in pyproject.toml")
     path = Path(str(run_config["config"])).expanduser()
+    load_choices()
     cfg = load_config(
         path if path.is_absolute() else APP_DIR / path, str(run_config["overrides"]).split()
     )

@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
-from fedmc_flwr.policies.base import PolicyFactory
+from fedmc_flwr import choices
 from fedmc_flwr.sim.signals import EGRESS_USD_PER_JOB, PUE
 from fedmc_flwr.sim.world import MultiCloudSim
 
@@ -31,10 +31,14 @@ def _argmin_random_ties(score: np.ndarray, rng: np.random.Generator) -> np.ndarr
     return np.where(best, rng.random(score.shape), -1.0).argmax(axis=1)
 
 
-class _Dispatcher:
-    """Static facts of the estate, read once, and the estimates several dispatchers share."""
+class _Dispatcher(ABC):
+    """Static facts of the estate, read once, and the estimates several dispatchers share;
+    each dispatcher derives from it and serves `policies.base.Policy`."""
 
     name = ""
+    oracle = False
+    """It reads what the observation hides: a reference, never a competitor, and no
+    imitation teacher (`ppo.imitation_teacher`)."""
 
     def __init__(self, sim: MultiCloudSim, seed: int = 0) -> None:
         spec = sim.spec
@@ -47,6 +51,10 @@ class _Dispatcher:
         """[R, N] round-trip time from each ingress region to each node."""
         self.mean_service_s = spec.mean_service_s
         self.rng = np.random.default_rng(seed)
+
+    @abstractmethod
+    def act(self, obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """[B, obs_dim] observations and [B, A] masks -> [B] actions, never a masked one."""
 
     def _queue(self, obs: np.ndarray) -> np.ndarray:
         return obs[:, self.layout.node("queue")]
@@ -157,7 +165,7 @@ class SEDPolicy(_Dispatcher):
         return _argmin_random_ties(self._expected_delay(obs, mask), self.rng)
 
 
-class _GreedyRegionPolicy(_Dispatcher, ABC):
+class _GreedyRegionPolicy(_Dispatcher):
     """Among regions whose SED node is expected to meet the SLO (delay within the SLO and
     queue under the violation threshold), the one where that node serves the job at the
     lowest expected `_per_job` figure; then that node. No region qualifies: plain SED."""
@@ -245,6 +253,7 @@ class MyopicOraclePolicy(MyopicExpectedPolicy):
     learner (it reads what no deployed dispatcher can)."""
 
     name = "myopic-oracle"
+    oracle = True
     knows_size = True
     knows_backlogs = True
 
@@ -253,6 +262,7 @@ class SizeOraclePolicy(MyopicExpectedPolicy):
     """Knows the job's true size only; queued work as the observation estimates it."""
 
     name = "myopic-oracle-size"
+    oracle = True
     knows_size = True
 
 
@@ -260,26 +270,30 @@ class BacklogOraclePolicy(MyopicExpectedPolicy):
     """Knows the exact backlogs only; the waiting job as a mean (or declared) one."""
 
     name = "myopic-oracle-backlogs"
+    oracle = True
     knows_backlogs = True
 
 
-DISPATCHERS: dict[str, PolicyFactory] = {
-    "random": RandomPolicy,
-    "round-robin": RoundRobinPolicy,
-    "jsq": JSQPolicy,
-    "two-tier": TwoTierPolicy,
-    "power-of-2": PowerOfTwoPolicy,
-    "sed": SEDPolicy,
-    "cheapest-region": CheapestRegionPolicy,
-    "greenest-region": GreenestRegionPolicy,
-    "myopic-expected": MyopicExpectedPolicy,
-    "myopic-oracle": MyopicOraclePolicy,
-    "myopic-oracle-size": SizeOraclePolicy,
-    "myopic-oracle-backlogs": BacklogOraclePolicy,
+DISPATCHERS: dict[str, type[_Dispatcher]] = {
+    dispatcher.name: dispatcher
+    for dispatcher in (
+        RandomPolicy,
+        RoundRobinPolicy,
+        JSQPolicy,
+        TwoTierPolicy,
+        PowerOfTwoPolicy,
+        SEDPolicy,
+        CheapestRegionPolicy,
+        GreenestRegionPolicy,
+        MyopicExpectedPolicy,
+        MyopicOraclePolicy,
+        SizeOraclePolicy,
+        BacklogOraclePolicy,
+    )
 }
-"""Every dispatcher by name; each takes the sim it acts on (and `seed=` where it draws)."""
+"""Every dispatcher by its name, the one list of them: the config allows these names
+(`choices.DISPATCHERS`); each takes the sim it acts on (and `seed=` where it draws)."""
+choices.DISPATCHERS.implemented_by(DISPATCHERS, lambda dispatcher: dispatcher.oracle)
 
-ORACLES: frozenset[str] = frozenset(
-    {"myopic-oracle", "myopic-oracle-size", "myopic-oracle-backlogs"}
-)
+ORACLES: frozenset[str] = frozenset(name for name, d in DISPATCHERS.items() if d.oracle)
 """Dispatchers that read hidden state: references, never competitors."""
