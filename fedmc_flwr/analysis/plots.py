@@ -231,18 +231,9 @@ def metric_panel(
         learners = learners.assign(half_width=float("nan"))
     styles = learner_styles(learners["policy"])
     for policy, group in learners.groupby("policy", sort=True):
-        style = styles[policy]
-        ax.plot(
-            group["round"],
-            group[column],
-            color=style.color,
-            marker=style.marker,
-            ls=style.linestyle,
-            lw=2,
-            label=policy,
-            zorder=3,
+        _learner_line(
+            ax, group["round"], group[column], group["half_width"], styles[policy], policy
         )
-        _band(ax, group["round"], group[column], group["half_width"], style.color)
     dispatchers = rows[~rows["policy"].map(_is_learner)].groupby("policy")[column].mean()
     around = None
     if not learners.empty:
@@ -253,6 +244,23 @@ def metric_panel(
         band_legend_entry(ax, LEVEL_BAND if has_band else NO_BAND, shaded=has_band)
     draw_references(ax, dispatchers, baseline, HIGHER_IS_BETTER[column], around)
     return _finish(fig, ax, label, title, span)
+
+
+def _learner_line(
+    ax: Axes, x: pd.Series, mean: pd.Series, half_width: pd.Series, style: Style, label: str
+) -> None:
+    """A learner's line above the references (zorder 3), over its band."""
+    ax.plot(
+        x,
+        mean,
+        color=style.color,
+        marker=style.marker,
+        ls=style.linestyle,
+        lw=2,
+        label=label,
+        zorder=3,
+    )
+    _band(ax, x, mean, half_width, style.color)
 
 
 def _band(ax: Axes, x: pd.Series, mean: pd.Series, half_width: pd.Series, color: str) -> None:
@@ -282,19 +290,8 @@ def _paired_panel(diffs: dict[str, pd.DataFrame], title: str) -> Figure:
     styles = learner_styles([f"{policy} - {baseline}" for baseline, policy, _ in pairs])
     for baseline, policy, group in pairs:
         label = f"{policy} - {baseline}"
-        style = styles[label]
         rounds |= set(group["round"])
-        ax.plot(
-            group["round"],
-            group["mean"],
-            color=style.color,
-            marker=style.marker,
-            ls=style.linestyle,
-            lw=2,
-            label=label,
-            zorder=3,
-        )
-        _band(ax, group["round"], group["mean"], group["half_width"], style.color)
+        _learner_line(ax, group["round"], group["mean"], group["half_width"], styles[label], label)
     band_legend_entry(ax, PAIRED_BAND, shaded=True)
     span = (min(rounds) - 0.2, max(rounds) + 0.2)
     ax.axhline(0.0, color="black", lw=1, zorder=REFERENCE_ZORDER)
