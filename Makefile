@@ -68,14 +68,16 @@ plots: setup
 # regions' experience differs: events only one region trains on, each region in turn
 # (outages: rare_events*.yaml; unmasked slowdowns: rare_slowdowns*.yaml), a
 # region whose load drifts (drift_region.yaml) and ten small regions (many_small_regions.yaml),
-# with why averaging fell short there (federating_diagnosis.yaml, federating_tries.yaml).
+# with why averaging fell short there (federating_diagnosis.yaml, federating_tries.yaml,
+# rare_slowdowns_tries.yaml).
 # Finished cells are skipped, so an interrupted `make results` continues; `make report`
 # summarises and writes the docs again without running anything.
 SWEEPS ?= two_tier_tuning learner_tuning default plateau trace_dc node_scorer late_region data_poor_region \
 	fedprox_balanced fedprox_busy_region fedprox_skewed_prices_carbon fedprox_outages \
 	personal_balanced personal_busy_region personal_skewed_prices_carbon personal_outages \
 	rare_events rare_events_at1 rare_events_at2 rare_slowdowns rare_slowdowns_at1 rare_slowdowns_at2 \
-	rare_slowdowns_at1_rollout32 drift_region many_small_regions federating_diagnosis federating_tries
+	rare_slowdowns_at1_rollout32 rare_slowdowns_tries drift_region many_small_regions federating_diagnosis \
+	federating_tries
 TRANSFERS ?= 10x20 20x50
 SEEDS ?= 0 1 2 3 4
 # Two cells at once fill a 2-core machine (a federated cell leaves one core idle half of

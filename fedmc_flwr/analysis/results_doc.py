@@ -106,8 +106,9 @@ regions that never trained on their test worlds' events and those that did get a
 each; every learner, local-only and centralised too, trains each region on its own
 training worlds, and the last column, centralised minus local-only PPO, says whether the
 pooled experience helps there at all; `rare_slowdowns_at1_rollout32` repeats
-`rare_slowdowns_at1` with every learner updating on rollouts of 32 steps instead of 128.
-A drifting region (`train.drift`: `drift_region`,
+`rare_slowdowns_at1` with every learner updating on rollouts of 32 steps instead of 128,
+and `rare_slowdowns_tries` (its section below) tries the server's own step and more
+rounds on its validation worlds. A drifting region (`train.drift`: `drift_region`,
 whose load rises in round 4) is judged on its own worlds, against centralised PPO too (it
 lives through the drift as well), with the difference at the round of the change in the
 "at first evaluation" column and the rounds each learner needs from the change until it
