@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from conftest import CONF
 
-from fedmc_flwr.analysis.results_doc import speedup_section
+from fedmc_flwr.analysis.results_doc import SPEEDUPS, speedup_section
 from fedmc_flwr.analysis.speedup import COLUMNS, markdown, per_cell, read_speedup, summary
 from fedmc_flwr.cli import main as fedmc
 from fedmc_flwr.config import ConfigError
@@ -122,12 +122,19 @@ def test_the_experiment_writes_every_round_of_every_cell_and_resumes_the_unfinis
 
 
 def test_the_results_section_is_the_table_and_plot_or_the_command(tmp_path: Path) -> None:
-    empty = speedup_section(tmp_path / "none", tmp_path / "docs")
+    config = Path("conf/speedup.yaml")
+    empty = speedup_section(config, tmp_path / "none", tmp_path / "docs")
     assert "Not measured yet: `fedmc speedup --config conf/speedup.yaml`" in empty
     folder = tmp_path / "speedup"
     folder.mkdir()
     hand_made(folder / "speedup.csv")
-    text = speedup_section(folder, tmp_path / "docs")
+    text = speedup_section(config, tmp_path, tmp_path / "docs")
     assert text.startswith("## The speed-up of federation")
     assert "| 2 | 256, 256 | 256 | 1.75x |" in text
     assert "![" in text and (tmp_path / "docs" / "speedup.png").is_file()
+
+
+@pytest.mark.parametrize("config", SPEEDUPS)
+def test_each_shipped_speedup_file_names_its_plan_as_the_file(config: Path) -> None:
+    """docs/results.md finds a plan's results under the file's name."""
+    assert load_plan(config).name == config.stem

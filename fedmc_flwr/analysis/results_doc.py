@@ -57,7 +57,8 @@ from fedmc_flwr.sweeps import load_sweep
 SWEEPS_DIR = Path("conf/sweeps")
 TRANSFERS_DIR = Path("results/transfers")
 OPTIMUM_DIR = Path("results/optimum")
-SPEEDUP_DIR = Path("results/speedup")
+SPEEDUPS = (Path("conf/speedup.yaml"), Path("conf/speedup_server_step.yaml"))
+"""The speed-up files whose results the page shows: FedAvg, then the server's own step."""
 OPTIMUM_PARTS = (
     ("table", "The optimum against SED, JSQ and random, solved exactly"),
     ("learner", "The default learner against the optimum, in the world made that system"),
@@ -249,16 +250,19 @@ def optimum_section(optimum_dir: Path = OPTIMUM_DIR) -> str:
     return "\n".join(parts)
 
 
-def speedup_section(folder: Path = SPEEDUP_DIR, docs: Path = Path("docs")) -> str:
-    """The speed-up of federation: conf/speedup.yaml's description, then the table and the
-    plot (written to `docs`) from `folder`'s speedup.csv (`analysis.speedup`)."""
-    config = Path("conf/speedup.yaml")
+def speedup_section(
+    config: Path = SPEEDUPS[0], results_dir: Path = Path("results"), docs: Path = Path("docs")
+) -> str:
+    """The speed-up of federation measured by one speed-up file: its description, then the
+    table and the plot (written to `docs`, named as the file) from the speedup.csv under
+    `results_dir` (each shipped file names its plan as the file is named)."""
     head = f"## The speed-up of federation (`{config}`)\n\n{description(config)}\n\n"
+    folder = results_dir / config.stem
     csv = folder / speedup.SPEEDUP_FILE
     if not csv.is_file():
         return head + f"{NOT_MEASURED}: `fedmc speedup --config {config}` measures it.\n"
     frame = speedup.read_speedup(csv)
-    image = speedup.plot(frame, docs / "speedup.png")
+    image = speedup.plot(frame, docs / f"{config.stem}.png")
     return (
         f"{head}{provenance_line(folder)}\n\n{speedup.markdown(frame)}\n"
         f"![Steps to beat SED against the regions]({image.name})\n"
@@ -332,7 +336,10 @@ def write_results(
         federating_section(federating, sweeps_dir, page),
         costs_section(federating, sweeps_dir, page),
     ]
-    sections = [speedup_section(docs=out.parent), *(section(name, sweeps_dir) for name in names)]
+    sections = [
+        *(speedup_section(config, docs=out.parent) for config in SPEEDUPS),
+        *(section(name, sweeps_dir) for name in names),
+    ]
     if optimum_dir is not None:
         sections.append(optimum_section(optimum_dir))
     sections += [transfer_section(target) for target in transfers]
