@@ -225,11 +225,13 @@ def _check_federation(cfg: DictConfig, source: str) -> None:
             f"{source}: federation.trim_fraction = {federation.trim_fraction} trims no region "
             f"of {regions}; expected at least {1 / regions:.3g} (or aggregation 'median')"
         )
-    # None: a rule that makes no claim, or one this process has not registered (its name
-    # is not checked either: `schema.choice_values`).
-    bound = AGGREGATIONS.facts().get(federation.aggregation)
-    if bound is not None and federation.byzantine != "auto":
-        most = bound(regions, federation.trim_fraction, federation.min_regions)
+    # No claim: a rule without a breakdown point, or one this process has not registered
+    # (its name is not checked either: `schema.choice_values`).
+    claims = AGGREGATIONS.facts().get(federation.aggregation) is not None
+    if claims and federation.byzantine != "auto":
+        most = breakdown_point(
+            federation.aggregation, regions, federation.trim_fraction, federation.min_regions
+        )
         if federation.byzantine > most:
             raise ConfigError(
                 f"{source}: federation.byzantine = {federation.byzantine} is not allowed with "
