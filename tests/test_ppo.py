@@ -23,6 +23,7 @@ TRAIN_KEYS = LOSS_KEYS | {
     "explained_variance",
     "steps_per_second",
     "env_steps",
+    "step_size_sum",
     "reward",
     "latency_ms",
     "slo_violation_rate",

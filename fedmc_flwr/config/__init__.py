@@ -49,6 +49,7 @@ from fedmc_flwr.config.scenario import (
 )
 from fedmc_flwr.config.schema import (
     ALLOWED,
+    DRIFT_CORRECTIONS,
     EXPERIENCE_LISTS,
     PACKAGED_STEP_S,
     PACKAGED_TRACES,
@@ -74,6 +75,7 @@ from fedmc_flwr.config.schema import (
 
 __all__ = [
     "ALLOWED",
+    "DRIFT_CORRECTIONS",
     "EXPERIENCE_LISTS",
     "MAX_NODES",
     "MEMORY_LIMIT_BYTES",

@@ -225,6 +225,20 @@ def _check_federation(cfg: DictConfig, source: str) -> None:
             f"{source}: federation.trim_fraction = {federation.trim_fraction} trims no region "
             f"of {regions}; expected at least {1 / regions:.3g} (or aggregation 'median')"
         )
+    if federation.drift_correction != "none" and (
+        federation.aggregation != "mean" or federation.local_critic
+    ):
+        clash = (
+            "federation.local_critic"
+            if federation.aggregation == "mean"
+            else f"aggregation {federation.aggregation!r}"
+        )
+        raise ConfigError(
+            f"{source}: federation.drift_correction = {federation.drift_correction!r} is not "
+            f"allowed with {clash}; expected aggregation 'mean' and the critic averaged (the "
+            "correction trusts every region's update and steers every array toward the "
+            "federation's direction)"
+        )
     # No claim: a rule without a breakdown point, or one this process has not registered
     # (its name is not checked either: `schema.choice_values`).
     claims = AGGREGATIONS.facts().get(federation.aggregation) is not None

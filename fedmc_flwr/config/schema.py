@@ -347,6 +347,10 @@ SERVER_OPTIMIZERS = ("none", "fedavgm", "fedadam")
 """The server's steps `federation.server_optimizer` may name (`federation/server_optimizers.py`
 takes each)."""
 
+DRIFT_CORRECTIONS = ("none", "scaffold")
+"""The corrections of client drift `federation.drift_correction` may name
+(`federation/control_variates.py`)."""
+
 
 @dataclass
 class FederationConfig:
@@ -435,6 +439,12 @@ class FederationConfig:
     """'fedadam': the second-moment decay."""
     server_tau: float = 1e-3
     """'fedadam': the adaptivity floor added to the root of the second moment."""
+    drift_correction: str = one_of(DRIFT_CORRECTIONS, "none")
+    """'scaffold' corrects each local step by the difference between the federation's mean
+    step direction and the region's own (SCAFFOLD's control variates, Karimireddy et al.
+    2020; `federation/control_variates.py`), so that regions whose data pull apart still
+    walk toward the federation's optimum; 'none' is plain local training. It needs
+    aggregation 'mean' (it trusts every region's update) and the critic averaged."""
 
 
 @dataclass

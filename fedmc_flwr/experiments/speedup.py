@@ -43,6 +43,7 @@ from fedmc_flwr.config import ConfigError, ExperimentConfig, learner_plan, load_
 from fedmc_flwr.evaluation import evaluate
 from fedmc_flwr.federation.aggregation import RegionUpdate, aggregate
 from fedmc_flwr.federation.client_app import adopt_global
+from fedmc_flwr.federation.control_variates import flat, next_control, train_corrected
 from fedmc_flwr.federation.server_app import initial_weights
 from fedmc_flwr.federation.server_optimizers import ServerState, server_step
 from fedmc_flwr.federation.wire import policy_name
@@ -117,26 +118,33 @@ def _stamp(plan: Plan, cfg: ExperimentConfig) -> str:
 
 
 def federate(cfg: ExperimentConfig, region: int, size: int) -> list[tuple[int, list[np.ndarray]]]:
-    """FedAvg (or the configured server step) of `size` regions trained on `region`'s
-    worlds for `cfg.train.rounds` rounds: the global weights after each round."""
+    """FedAvg (or the configured server step and drift correction) of `size` regions
+    trained on `region`'s worlds for `cfg.train.rounds` rounds: the global weights after
+    each round."""
     plan = learner_plan(cfg, [region])
     learners = [PPOLearner(plan, learner_seed(cfg.seed, k)) for k in range(size)]
     weights = initial_weights(cfg)
-    state = ServerState()
     cut = len(weights) - len(STATISTICS) * MOMENT_ARRAYS
+    scaffold = cfg.federation.drift_correction != "none"
+    state = ServerState(control=np.zeros(flat(weights[:cut]).size) if scaffold else None)
+    steps, mu = cfg.train.steps_per_round, cfg.federation.proximal_mu
     rounds = []
     for rnd in range(1, cfg.train.rounds + 1):
         updates = []
         for k, learner in enumerate(learners):
             adopt_global(learner, weights, cfg.federation, has_own=rnd > 1)
-            stats = learner.train_round(
-                cfg.train.steps_per_round,
-                proximal_mu=cfg.federation.proximal_mu,
-                imitate=rnd == 1,
+            stats = (
+                train_corrected(learner, state.control, steps, mu, rnd == 1)
+                if state.control is not None
+                else learner.train_round(steps, mu, imitate=rnd == 1)
             )
-            updates.append(RegionUpdate(k, learner.get_update(), int(stats["env_steps"])))
+            update = learner.get_update()
+            updates.append(RegionUpdate(k, update, int(stats["env_steps"]), dict(stats)))
         combined = aggregate(updates, weights, cfg.federation, len(STATISTICS))
         network, state = server_step(weights[:cut], combined[:cut], state, cfg.federation)
+        if scaffold:
+            control = next_control(state.control, weights[:cut], updates, size)
+            state = dataclasses.replace(state, control=control)
         weights = network + combined[cut:]
         rounds.append((rnd, weights))
     return rounds

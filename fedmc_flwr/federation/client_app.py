@@ -48,6 +48,7 @@ from fedmc_flwr.config import (
 from fedmc_flwr.evaluation import EvalResult, evaluate
 from fedmc_flwr.federation import faults, wire
 from fedmc_flwr.federation.console import quiet_flower
+from fedmc_flwr.federation.control_variates import train_corrected
 from fedmc_flwr.federation.wire import policy_name
 from fedmc_flwr.policies.checkpoints import round_file, saved_rounds
 from fedmc_flwr.policies.moments import MOMENT_ARRAYS, Moments
@@ -84,7 +85,12 @@ def forget_earlier_runs(state_dir: Path, cfg: ExperimentConfig, region: int) -> 
 
 
 def train_region(
-    cfg: ExperimentConfig, region: int, weights: Weights, server_round: int, state_dir: Path
+    cfg: ExperimentConfig,
+    region: int,
+    weights: Weights,
+    server_round: int,
+    state_dir: Path,
+    control: np.ndarray | None = None,
 ) -> tuple[Weights, dict[str, Scalar]]:
     """One round of local PPO from the global `weights`; the learner's state carries over,
     and the round's means come back with each PPO update's diagnostics (`wire.updates_metrics`).
@@ -95,6 +101,8 @@ def train_region(
     has none yet (it failed every round so far, or its node is new). A fresh learner takes
     the global weights and statistics: a late region starts where the federation is. Its
     worlds are this round's (`learner_plan`: a drifting region's change of workload).
+    With the federation's `control` variate (SCAFFOLD), every local step is corrected by
+    it less the region's own, which the learner's state keeps (`control_variates`).
     """
     learner = PPOLearner(learner_plan(cfg, [region], server_round), learner_seed(cfg.seed, region))
     folder = state_dir_of(state_dir, cfg, region)
@@ -103,14 +111,14 @@ def train_region(
         learner.load(round_file(folder, earlier[-1]))
     adopt_global(learner, weights, cfg.federation, has_own=bool(earlier))
     start = time.perf_counter()
-    stats: dict[str, Scalar] = {
-        **learner.train_round(
-            region_steps(cfg, region),
-            proximal_mu=cfg.federation.proximal_mu,
-            imitate=server_round == 1,  # only the untrained first global weights
-        ),
-        **wire.updates_metrics(learner.updates),
-    }
+    steps = region_steps(cfg, region)
+    mu, imitate = cfg.federation.proximal_mu, server_round == 1  # imitate untrained weights only
+    trained = (
+        learner.train_round(steps, mu, imitate)
+        if control is None
+        else train_corrected(learner, control, steps, mu, imitate)
+    )
+    stats: dict[str, Scalar] = {**trained, **wire.updates_metrics(learner.updates)}
     stats["wall_time_s"] = time.perf_counter() - start
     path = round_file(folder, server_round)
     partial = path.with_name(path.name + ".partial")
@@ -204,8 +212,9 @@ class RegionClient(NumPyClient):
             region for region in regions_of(partition, count, cfg.world.regions) if region in joined
         ]
 
-    def fit(self, parameters: Weights, config: Config) -> tuple[Weights, int, dict[str, Scalar]]:
+    def fit(self, arrays: Weights, config: Config) -> tuple[Weights, int, dict[str, Scalar]]:
         cfg = experiment_from(config)
+        parameters, control = wire.split_control(arrays, cfg.federation)
         server_round = int(config["server-round"])
         regions = self._regions(cfg, config)
         weights: Weights = []
@@ -218,7 +227,9 @@ class RegionClient(NumPyClient):
                 forget_earlier_runs(self.state_dir, cfg, region)
             fault = faults.fault_for(cfg, region, server_round)
             faults.before_training(fault, cfg)
-            trained, stats = train_region(cfg, region, parameters, server_round, self.state_dir)
+            trained, stats = train_region(
+                cfg, region, parameters, server_round, self.state_dir, control
+            )
             trained, region_steps = faults.corrupt(
                 fault, trained, int(stats["env_steps"]), parameters, network_arrays
             )

@@ -29,25 +29,30 @@ import numpy as np
 
 from fedmc_flwr.config import SERVER_OPTIMIZERS, FederationConfig
 
-_FIRST, _SECOND = "server_m", "server_v"
+_FIRST, _SECOND, _CONTROL = "server_m", "server_v", "server_c"
 """Keys of the state in a round checkpoint (`arrays` / `from_arrays`), beside the weights'
 `w000, w001, ...`, which readers of the weights alone never look at."""
 
 
 @dataclass
 class ServerState:
-    """What a server optimiser carries from round to round."""
+    """What the server carries from round to round beside the weights: its optimiser's
+    moments and the federation's control variate."""
 
     first: list[np.ndarray] | None = None
     """Momentum (FedAvgM) or first moment (FedAdam) per network array, float64."""
     second: list[np.ndarray] | None = None
     """FedAdam's second moment per network array, float64."""
+    control: np.ndarray | None = None
+    """The federation's control variate under SCAFFOLD (`control_variates`), flat, float64."""
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The state as named arrays for the round checkpoint (empty before a step)."""
         out: dict[str, np.ndarray] = {}
         for prefix, moments in ((_FIRST, self.first), (_SECOND, self.second)):
             out |= {f"{prefix}{k:03d}": m for k, m in enumerate(moments or [])}
+        if self.control is not None:
+            out[_CONTROL] = self.control
         return out
 
     @classmethod
@@ -59,7 +64,9 @@ class ServerState:
             keys = sorted(k for k in arrays if k.startswith(prefix) and k[len(prefix) :].isdigit())
             return [np.asarray(arrays[k], dtype=np.float64) for k in keys] or None
 
-        return cls(moments(_FIRST), moments(_SECOND))
+        control = arrays.get(_CONTROL)
+        control = None if control is None else np.asarray(control, dtype=np.float64)
+        return cls(moments(_FIRST), moments(_SECOND), control)
 
 
 def server_step(
@@ -96,4 +103,4 @@ def server_step(
         (b + move).astype(np.asarray(p).dtype)
         for b, move, p in zip(base, moves, previous, strict=True)
     ]
-    return network, ServerState(first, second)
+    return network, ServerState(first, second, state.control)

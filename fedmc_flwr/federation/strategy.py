@@ -5,7 +5,9 @@ weights to every client, sorts each round's replies and failures into healthy re
 updates and failed regions (`accounting.sort_out`), turns away the healthy-looking updates
 the aggregation rule refuses (`aggregation.screen`: each a failed region with its reason),
 builds the next global weights from the rest (`aggregation.aggregate`, then the server
-optimiser's step on the network: `server_optimizers.server_step`), measures how far the
+optimiser's step on the network: `server_optimizers.server_step`), keeps the federation's
+control variate under SCAFFOLD (`control_variates.next_control`, sent with the weights of
+the next round's training messages), measures how far the
 regions' updates pulled apart (`drift.update_drift`), and hands the
 round to a `RoundRecorder` (metrics rows, failure rows, checkpoints, progress). A round
 with fewer than `federation.min_regions` healthy regions stops the run with a
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from logging import WARNING
 from typing import Protocol
 
@@ -75,6 +78,7 @@ from fedmc_flwr.federation.accounting import (
     sort_out,
 )
 from fedmc_flwr.federation.aggregation import RegionUpdate, Score, Weights, aggregate, screen
+from fedmc_flwr.federation.control_variates import next_control
 from fedmc_flwr.federation.drift import update_drift
 from fedmc_flwr.federation.identity import by_rank, impostor
 from fedmc_flwr.federation.server_optimizers import ServerState, server_step
@@ -336,6 +340,8 @@ class RegionStrategy(Strategy):
             )
         assigned = self._assign(clients, rnd, self.instructions(rnd))
         reporting = self._reporting([client for client, _ in assigned], rnd)
+        if self.federation.drift_correction != "none":
+            parameters = ndarrays_to_parameters(wire.with_control(self.weights, self._control()))
         return [
             (proxy, FitIns(parameters, config))
             for proxy, (_, config) in zip(reporting, assigned, strict=True)
@@ -368,6 +374,11 @@ class RegionStrategy(Strategy):
         network, self.server_state = server_step(
             self.weights[:cut], combined[:cut], self.server_state, self.federation
         )
+        if self.federation.drift_correction != "none":
+            control = next_control(
+                self._control(), self.weights[:cut], kept, len(self._active(rnd))
+            )
+            self.server_state = replace(self.server_state, control=control)
         self.weights = network + combined[cut:]
         self.recorder.on_fit(
             rnd,
@@ -378,6 +389,13 @@ class RegionStrategy(Strategy):
             drift=drift,
         )
         return ndarrays_to_parameters(self.weights), {}
+
+    def _control(self) -> np.ndarray:
+        """The federation's control variate (`control_variates`): 0 before the first round."""
+        if self.server_state.control is None:
+            cut = len(self.weights) - self.statistics * MOMENT_ARRAYS
+            return np.zeros(sum(a.size for a in self.weights[:cut]))
+        return self.server_state.control
 
     def configure_evaluate(
         self, server_round: int, parameters: Parameters, client_manager: ClientManager

@@ -29,10 +29,12 @@ UPDATES = "updates."
 def policy_name(federation: FederationConfig) -> str:
     """The learner's name in metrics.csv, from what its federation does: `ppo-fedavg`,
     `ppo-shrink` (server shrink), `ppo-fedavgm` or `ppo-fedadam` (the server optimiser),
-    `ppo-fedprox` (client proximal term) or both, then what each region keeps for itself:
+    `ppo-fedprox` (client proximal term), `ppo-scaffold` (drift correction), or several,
+    then what each region keeps for itself:
     `-own-stats` (its statistics), `-own-critic` (its critic), `-fine-tuned` (judged with
     its own network)."""
     client = ["fedprox"] if federation.proximal_mu > 0 else []
+    client += ["scaffold"] if federation.drift_correction != "none" else []
     server = ["shrink"] if federation.strategy == "shrink" else []
     if federation.server_optimizer != "none":
         server.append(federation.server_optimizer)
@@ -42,6 +44,22 @@ def policy_name(federation: FederationConfig) -> str:
         + ["fine-tuned"] * federation.fine_tuned
     )
     return "-".join(["ppo", *(client + server or ["fedavg"]), *personal])
+
+
+def with_control(weights: Sequence[np.ndarray], control: np.ndarray | None) -> list[np.ndarray]:
+    """A training message's arrays: the global weights, then, under SCAFFOLD, the
+    federation's control variate as one flat float64 array (`control_variates`)."""
+    return [*weights, *([] if control is None else [control])]
+
+
+def split_control(
+    arrays: Sequence[np.ndarray], federation: FederationConfig
+) -> tuple[list[np.ndarray], np.ndarray | None]:
+    """Inverse of `with_control`: the weights and the control variate (None without
+    drift correction)."""
+    if federation.drift_correction == "none":
+        return list(arrays), None
+    return list(arrays[:-1]), np.asarray(arrays[-1], dtype=np.float64)
 
 
 def pack(region: int, values: Mapping[str, Scalar]) -> dict[str, Scalar]:

@@ -63,8 +63,11 @@ class FlatAdam:
             if p.grad is not None:
                 p.grad.zero_()
 
-    def step(self) -> None:
-        """One Adam step from the parameters' current gradients."""
+    def step(self, correction: torch.Tensor | None = None) -> None:
+        """One Adam step from the parameters' current gradients; `correction` (over the
+        flat buffer, in the units of Adam's step direction) is added to the direction, so
+        the parameters move by `-lr * (adam direction + correction)`: SCAFFOLD's
+        correction of a local step (`federation/control_variates.py`)."""
         grad = self._flat.grad
         torch.cat([p.grad.reshape(-1) for p in self._params], out=grad)
         if not self._moments:
@@ -83,6 +86,8 @@ class FlatAdam:
             step_size = self.lr / (1 - beta1**step)
             denom = (exp_avg_sq.sqrt() / (1 - beta2**step) ** 0.5).add_(self._eps)
             self._flat.addcdiv_(exp_avg, denom, value=-step_size)
+            if correction is not None:
+                self._flat.add_(correction, alpha=-self.lr)
 
     def state(self) -> dict[str, np.ndarray]:
         """Per-parameter moments in the saved form; empty before the first step."""

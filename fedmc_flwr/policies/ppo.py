@@ -249,6 +249,9 @@ class PPOLearner:
         self.global_step = 0
         self.updates: list[dict[str, float]] = []
         """The last train_round's PPO updates, in order (`UPDATE_METRICS` each)."""
+        self.control: np.ndarray | None = None
+        """The region's control variate under SCAFFOLD (`federation/control_variates.py`):
+        flat over the network's parameters, float64; saved with the learner's state."""
 
     # --- the worlds -------------------------------------------------------------------
 
@@ -330,17 +333,26 @@ class PPOLearner:
     # --- training ---------------------------------------------------------------------
 
     def train_round(
-        self, steps_per_env: int, proximal_mu: float = 0.0, imitate: bool = False
+        self,
+        steps_per_env: int,
+        proximal_mu: float = 0.0,
+        imitate: bool = False,
+        correction: np.ndarray | None = None,
     ) -> dict[str, float]:
         """`steps_per_env` steps in each world: PPO, after `ppo.imitation_steps` of
         imitating `ppo.imitation_teacher` if `imitate` (a learner's first round from
-        scratch; see PPOConfig.imitation_steps)."""
+        scratch; see PPOConfig.imitation_steps). `correction`, flat over the network's
+        parameters, is added to every Adam step's direction (`FlatAdam.step`); the output's
+        `step_size_sum` is the sum of the learning rates of the round's Adam steps, which
+        scales the round's move back to a mean step direction."""
         if steps_per_env <= 0:
             raise ValueError(f"steps_per_env must be > 0, got {steps_per_env}")
         if proximal_mu < 0:
             raise ValueError(f"proximal_mu must be >= 0, got {proximal_mu}")
         start = time.perf_counter()
         anchor = [p.detach().clone() for p in self.params]
+        shift = None if correction is None else torch.as_tensor(correction, dtype=torch.float32)
+        step_size_sum = 0.0
         if self.norm.total.count == 0:  # the learner's very first observation
             self.norm.update(self.obs)
         job_sums = np.zeros(len(TRAIN_METRICS))
@@ -361,7 +373,8 @@ class PPOLearner:
             imitating = done < imitated
             rollout = self._collect(length, job_sums, teacher if imitating else None)
             loss = imitation_loss if imitating else ppo_loss
-            stats, n = self._update(rollout, anchor, proximal_mu, loss)
+            stats, n = self._update(rollout, anchor, proximal_mu, loss, shift)
+            step_size_sum += n * self.optimizer.lr
             for name in LOSS_METRICS:
                 losses[name] += stats[name]
             updates += n
@@ -386,6 +399,7 @@ class PPOLearner:
         out["explained_variance"] = ev_sum / ev_count if ev_count else float("nan")
         out["steps_per_second"] = env_steps / elapsed
         out["env_steps"] = float(env_steps)
+        out["step_size_sum"] = step_size_sum
         for name, total in zip(TRAIN_METRICS, job_sums, strict=True):
             out[name] = float(total / env_steps)
         return out
@@ -494,9 +508,11 @@ class PPOLearner:
         anchor: list[torch.Tensor],
         proximal_mu: float,
         loss_of: LossFunction = ppo_loss,
+        correction: torch.Tensor | None = None,
     ) -> tuple[dict[str, float], int]:
-        """Epochs of `loss_of` (PPO's, or imitation's) over one rollout; returns summed
-        diagnostics and the update count.
+        """Epochs of `loss_of` (PPO's, or imitation's) over one rollout, each Adam step
+        corrected by `correction` (`FlatAdam.step`); returns summed diagnostics and the
+        update count.
 
         Each epoch gathers the rollout once in its shuffled order and slices minibatches
         from it (views, no copy): the same minibatches as gathering each one by its
@@ -520,7 +536,7 @@ class PPOLearner:
                 self.optimizer.zero_grad()
                 loss.backward()
                 nn.utils.clip_grad_norm_(self.params, self.ppo.max_grad_norm, foreach=False)
-                self.optimizer.step()
+                self.optimizer.step(correction)
                 for name in LOSS_METRICS:
                     sums[name] += stats[name]
                 count += 1
@@ -548,6 +564,8 @@ class PPOLearner:
         for key, value in worlds.items():
             state[f"sim.{key}"] = value
         state["global_step"] = np.array(self.global_step, dtype=np.int64)
+        if self.control is not None:
+            state["control"] = self.control.copy()
         return state
 
     def load_state(self, state: dict[str, np.ndarray], adopt: bool = False) -> None:
@@ -578,6 +596,8 @@ class PPOLearner:
         self._obs, self._mask = self._worlds.obs.copy(), self._worlds.mask.copy()
         self._started = True
         self.global_step = int(state["global_step"])
+        control = state.get("control")
+        self.control = None if control is None else np.array(control, dtype=np.float64)
 
     def save(self, path: str | Path) -> None:
         path = Path(path)

@@ -1,7 +1,9 @@
-"""A run with a server optimiser, resumed after its first round, writes the same tables as
-the run that went straight through: the optimiser's momentum travels in the round's
-checkpoint, so the resumed round 2 takes the step the uninterrupted run took (a fresh
-momentum would take another, and every later metric would differ)."""
+"""A run with a server optimiser and SCAFFOLD's drift correction, resumed after its first
+round, writes the same tables as the run that went straight through: the optimiser's
+momentum and the federation's control variate travel in the round's checkpoint, and each
+region's own variate in its learner state, so the resumed round 2 takes the steps the
+uninterrupted run took (a fresh momentum or variate would take others, and every later
+metric would differ)."""
 
 from __future__ import annotations
 
@@ -13,13 +15,14 @@ import pytest
 from flower_runs import run_isolated
 
 MOMENTUM = ["federation.server_optimizer=fedavgm", "federation.server_momentum=0.9"]
+SCAFFOLD = ["federation.drift_correction=scaffold"]
 
 
 @pytest.mark.flower
-def test_a_resumed_run_continues_the_server_optimisers_momentum(tmp_path: Path) -> None:
+def test_a_resumed_run_continues_the_servers_momentum_and_control_variates(tmp_path: Path) -> None:
     homes = tmp_path / "home"
     homes.mkdir()
-    overrides = [f"results_dir={tmp_path}", *MOMENTUM]
+    overrides = [f"results_dir={tmp_path}", *MOMENTUM, *SCAFFOLD]
     assert run_isolated(homes, overrides, 2) == 0
     out = tmp_path / "tiny_federation"
     tables = ("metrics.csv", "per_seed.csv", "drift.csv")
@@ -27,7 +30,8 @@ def test_a_resumed_run_continues_the_server_optimisers_momentum(tmp_path: Path) 
     last = out / "checkpoints" / "round_002.npz"
     with np.load(last) as saved:
         reference = {key: saved[key] for key in saved.files}
-    assert {"server_m000", "w000"} <= set(reference)  # the momentum rides with the weights
+    assert {"server_m000", "server_c", "w000"} <= set(reference)  # state rides with weights
+    assert np.abs(reference["server_c"]).max() > 0
 
     # As a run killed during round 2 leaves it: round 1 is the last one recorded, with
     # half the steps (every region trains the same steps in each of the two rounds).
