@@ -86,9 +86,10 @@ FLOWER = [
     ),
     Smoke("bench_scaling.py", f"--config {TINY_ARG} --estates 2x2", "estate", ray=True),
     Smoke("bench_engines.py", f"--config {TINY_ARG} --rounds 2 --warm-cache", "round", ray=True),
+    Smoke("bench_startup.py", f"--config {TINY_ARG} --repeats 1", "repeat", ray=True),
 ]
-"""The benches that run `fedmc run` (and `fedmc deploy`): each some 30 s or more, most of
-it Flower's and Ray's start."""
+"""The benches that run `fedmc run` (and `fedmc deploy`, `flwr run .`): each some 30 s or
+more, most of it Flower's and Ray's start."""
 NOT_SMOKED = {
     "bench_attacks.py": "its cells' sizes are fixed (SMALL: 3 rounds of 500 steps, 10 x 500 "
     "held-out jobs), a minute at its smallest, and its JSON line names no bench",
