@@ -69,7 +69,8 @@ plots: setup
 # (outages: rare_events*.yaml; unmasked slowdowns: rare_slowdowns*.yaml), a
 # region whose load drifts (drift_region.yaml) and ten small regions (many_small_regions.yaml),
 # with why averaging fell short there (federating_diagnosis.yaml, federating_tries.yaml,
-# rare_slowdowns_tries.yaml).
+# rare_slowdowns_tries.yaml) and SCAFFOLD's drift correction against FedAvg
+# (drift_correction.yaml, drift_correction_busy_region.yaml).
 # Finished cells are skipped, so an interrupted `make results` continues; `make report`
 # summarises and writes the docs again without running anything.
 SWEEPS ?= two_tier_tuning learner_tuning default plateau trace_dc node_scorer late_region data_poor_region \
@@ -77,7 +78,7 @@ SWEEPS ?= two_tier_tuning learner_tuning default plateau trace_dc node_scorer la
 	personal_balanced personal_busy_region personal_skewed_prices_carbon personal_outages \
 	rare_events rare_events_at1 rare_events_at2 rare_slowdowns rare_slowdowns_at1 rare_slowdowns_at2 \
 	rare_slowdowns_at1_rollout32 rare_slowdowns_tries drift_region many_small_regions federating_diagnosis \
-	federating_tries
+	federating_tries drift_correction drift_correction_busy_region
 TRANSFERS ?= 10x20 20x50
 SEEDS ?= 0 1 2 3 4
 # Two cells at once fill a 2-core machine (a federated cell leaves one core idle half of
