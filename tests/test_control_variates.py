@@ -11,7 +11,8 @@ from conftest import TINY
 from fedmc_flwr.config import ConfigError, learner_plan, load_config
 from fedmc_flwr.federation.aggregation import RegionUpdate
 from fedmc_flwr.federation.client_app import adopt_global
-from fedmc_flwr.federation.control_variates import flat, next_control, train_corrected
+from fedmc_flwr.federation.control_variates import next_control, train_corrected
+from fedmc_flwr.federation.drift import flat
 from fedmc_flwr.federation.server_app import initial_weights
 from fedmc_flwr.federation.server_optimizers import ServerState
 from fedmc_flwr.federation.wire import policy_name, split_control, with_control

@@ -43,7 +43,8 @@ from fedmc_flwr.config import ConfigError, ExperimentConfig, learner_plan, load_
 from fedmc_flwr.evaluation import evaluate
 from fedmc_flwr.federation.aggregation import RegionUpdate, aggregate
 from fedmc_flwr.federation.client_app import adopt_global
-from fedmc_flwr.federation.control_variates import flat, next_control, train_corrected
+from fedmc_flwr.federation.control_variates import next_control, train_corrected
+from fedmc_flwr.federation.drift import flat
 from fedmc_flwr.federation.server_app import initial_weights
 from fedmc_flwr.federation.server_optimizers import ServerState, server_step
 from fedmc_flwr.federation.wire import policy_name
@@ -138,8 +139,7 @@ def federate(cfg: ExperimentConfig, region: int, size: int) -> list[tuple[int, l
                 if state.control is not None
                 else learner.train_round(steps, mu, imitate=rnd == 1)
             )
-            update = learner.get_update()
-            updates.append(RegionUpdate(k, update, int(stats["env_steps"]), dict(stats)))
+            updates.append(RegionUpdate(k, learner.get_update(), int(stats["env_steps"]), stats))
         combined = aggregate(updates, weights, cfg.federation, len(STATISTICS))
         network, state = server_step(weights[:cut], combined[:cut], state, cfg.federation)
         if scaffold:

@@ -33,15 +33,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from fedmc_flwr.federation.aggregation import RegionUpdate
+from fedmc_flwr.federation.drift import flat
 from fedmc_flwr.policies.ppo import PPOLearner
 
 STEP_SIZE_SUM = "step_size_sum"
 """The training reply's value (`PPOLearner.train_round`) that scales a walk to a direction."""
-
-
-def flat(arrays: Sequence[np.ndarray]) -> np.ndarray:
-    """The arrays as one float64 vector, in order."""
-    return np.concatenate([np.asarray(a, dtype=np.float64).ravel() for a in arrays])
 
 
 def train_corrected(

@@ -22,6 +22,11 @@ DRIFT_FILE = "drift.csv"
 DRIFT_COLUMNS = ("round", "regions", "mean_update_norm", "region_update_norm", "spread", "shrink")
 
 
+def flat(arrays: Sequence[np.ndarray]) -> np.ndarray:
+    """The arrays as one float64 vector, in order: a network as the point its updates move."""
+    return np.concatenate([np.asarray(a, dtype=np.float64).ravel() for a in arrays])
+
+
 def update_drift(
     previous: Sequence[np.ndarray], networks: Sequence[Sequence[np.ndarray]]
 ) -> dict[str, float]:
@@ -29,14 +34,12 @@ def update_drift(
     each region's trained one (the same arrays, in float64, unweighted)."""
     if not networks:
         raise ValueError("no region updates to measure")
-    base = np.concatenate([np.asarray(p, np.float64).ravel() for p in previous])
-    flat = np.stack(
-        [np.concatenate([np.asarray(a, np.float64).ravel() for a in n]) - base for n in networks]
-    )
-    mean = flat.mean(axis=0)
+    base = flat(previous)
+    updates = np.stack([flat(n) - base for n in networks])
+    mean = updates.mean(axis=0)
     mean_norm = float(np.linalg.norm(mean))
-    region_norm = float(np.linalg.norm(flat, axis=1).mean())
-    distance = float(np.sqrt(np.mean(np.sum((flat - mean) ** 2, axis=1))))
+    region_norm = float(np.linalg.norm(updates, axis=1).mean())
+    distance = float(np.sqrt(np.mean(np.sum((updates - mean) ** 2, axis=1))))
     return {
         "regions": len(networks),
         "mean_update_norm": mean_norm,
