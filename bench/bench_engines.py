@@ -3,10 +3,12 @@
 The same config and seed run twice in one go: `fedmc run` (simulation engine, one virtual
 client per region in Ray, one CPU each) and `fedmc deploy` (a SuperLink and one SuperNode
 per region on 127.0.0.1, TLS and SuperNode authentication on). Round wall time = the
-server's fit phase plus its evaluate phase, from each run's timing.csv. The deployment
-engine starts a fresh `flwr-clientapp` process for every message (Flower's design), so
-each round pays a process start and the imports per region; the simulation engine keeps
-its Ray actors warm. Both runs must give the same metrics.csv, and this checks it.
+server's fit phase plus its evaluate phase, from each run's timing.csv. Each SuperNode's
+ClientApps come from a launcher that imported the app once and forks per message
+(`federation/forking_exec.py`), where Flower would start a fresh `flwr-clientapp` process;
+the simulation engine keeps its Ray actors warm. What is left is polling: an idle
+SuperNode asks the SuperLink for work every 3 s (Flower's constant). Both runs must give
+the same metrics.csv, and this checks it.
 
 Cold start: both runs start from an empty compiled-kernel cache of their own
 (`FEDMC_CACHE_DIR`), as on a fresh machine, and the table gives each engine's round-1

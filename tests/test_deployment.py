@@ -82,7 +82,7 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Deployed:
 def test_a_deployment_listens_on_loopback_only(deployed: Deployed) -> None:
     """Every process of the family, SuperLink and SuperNodes included, whatever it ran
     (the simulation engine's run gets the same watch in test_kill_and_resume)."""
-    check_listeners(deployed.listeners, {"flower-supernod"})
+    check_listeners(deployed.listeners, {"fedmc-supernode"})
 
 
 @pytest.mark.flower
@@ -99,6 +99,17 @@ def test_each_region_keeps_its_learner_on_its_own_node_the_late_one_from_its_rou
         log = (deployed.out / "nodes" / f"node-{node}.log").read_text()
         assert "ROUND 2]" in log and "Sending: evaluate message" in log  # it served rounds
     assert not (deployed.out / "clients").exists()
+
+
+@pytest.mark.flower
+def test_each_node_serves_its_messages_from_a_launcher_that_imported_once(
+    deployed: Deployed,
+) -> None:
+    """Not Flower's fresh `flwr-clientapp` process per message (`forking_exec`)."""
+    for node in range(len(REGIONS)):
+        log = (deployed.out / "nodes" / f"node-{node}.log").read_text()
+        assert log.count("fedmc: ClientApp launcher ready") == 1, node
+        assert "Start `flwr-clientapp` process" not in log, node
 
 
 @pytest.mark.parametrize("table", ["metrics.csv", "per_seed.csv"])

@@ -18,6 +18,7 @@ The same programs across machines are in the README ("Scaling out").
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -58,21 +59,26 @@ def start_supernode(
     private_key: Path | None = None,
     max_retries: int | None = None,
 ) -> subprocess.Popen:
-    """One `flower-supernode` connected to `connection`, its output in `log_file`."""
+    """One `flower-supernode` connected to `connection`, and its ClientApp launcher
+    (`forking_exec`, in place of Flower's per-message processes), their output in
+    `log_file`; the SuperNode's process."""
     security = (
         ["--root-certificates", str(connection.ca_certificate)]
         if connection.ca_certificate
         else ["--insecure"]
     )
+    runtime_port = free_port()
     command = [
-        str(BIN / "flower-supernode"),
+        str(BIN / "fedmc-supernode"),  # Flower's, its pulls retried promptly
         *security,
         "--superlink",
         connection.address,
         "--host",
         "127.0.0.1",  # its Runtime API serves this node's own ClientApps only
         "--port",
-        str(free_port()),
+        str(runtime_port),
+        "--isolation",
+        "process",  # its ClientApps come from the launcher below
         "--node-config",
         config,
         *(["--auth-supernode-private-key", str(private_key)] if private_key else []),
@@ -80,7 +86,18 @@ def start_supernode(
     ]
     cwd.mkdir(parents=True, exist_ok=True)
     with log_file.open("ab") as log:
-        return processes.start(command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
+        node = processes.start(command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
+        launcher = [
+            sys.executable,
+            "-m",
+            "fedmc_flwr.federation.forking_exec",
+            "--runtime-api-address",
+            f"127.0.0.1:{runtime_port}",
+            "--parent-pid",
+            str(node.pid),
+        ]
+        processes.start(launcher, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    return node
 
 
 def online_nodes(env: dict[str, str], cwd: Path) -> int:
