@@ -57,6 +57,7 @@ from fedmc_flwr.federation.acceptance import rule_score
 from fedmc_flwr.federation.console import number_rounds_from, quiet_flower
 from fedmc_flwr.federation.identity import by_key
 from fedmc_flwr.federation.processes import token_alive
+from fedmc_flwr.federation.prompt_grid import PromptGrid
 from fedmc_flwr.federation.recorder import RunRecorder
 from fedmc_flwr.federation.resume import prepare_experiment
 from fedmc_flwr.federation.run_files import run_completed
@@ -204,7 +205,7 @@ def main(grid: Grid, context: Context) -> None:
     means no `fedmc run` waits to draw the plots and print the table, so the ServerApp
     does (`summary.finish`), into the run's log."""
     out, components = prepare_run(context, node_partitions(grid, context.run_config))
-    start_grid(grid=grid, strategy=components.strategy, config=components.config)
+    start_grid(grid=PromptGrid(grid), strategy=components.strategy, config=components.config)
     if not context.run_config.get("owner") and run_completed(out, str(context.run_id)):
         from fedmc_flwr.federation.summary import finish  # matplotlib: only where it draws
 
