@@ -104,6 +104,9 @@ BOARD_DIR = "tb"
 PHASES = ("train", "eval", "failed")
 """`failed` rows name a region that was left out of a round's training or evaluation."""
 
+RUN_LOG = "run.log"
+"""A federated run's whole log stream, its failures' details included (the console has
+them without). `fedmc run` writes it, afresh unless it resumes the run."""
 EXPERIMENT_FILES = (
     "metrics.csv",
     "timing.csv",

@@ -213,3 +213,42 @@ def test_fedmc_run_spreads_the_regions_over_the_virtual_clients_it_is_given(
         assert engines == []
     else:
         assert code == 0 and engines == [runner.SimulationEngine(served)]
+
+
+FAILED_MESSAGE_STREAM = [
+    "INFO :      [ROUND 2]\n",
+    "\x1b[93mWARNING \x1b[0m:   ClientApp actor lost: its Ray node left the cluster. Ray says: x\n",
+    "ERROR :     An exception was raised when processing a message by RayBackend\n",
+    "ERROR :     its Ray node left the cluster\n",
+    "ERROR :     Traceback (most recent call last):\n",
+    '  File "vce_api.py", line 130, in worker\n',
+    "RayActorLost: its Ray node left the cluster\n",
+    "\n",
+    "WARNING :   round 2 training: region 0 left out: client failed: RayActorLost: its Ray"
+    " node left the cluster\n",
+    "ERROR :     a later error of its own\n",
+    "INFO :      [ROUND 3]\n",
+]
+
+
+def test_a_failures_details_go_to_the_log_and_the_console_says_where() -> None:
+    out, log = io.StringIO(), io.StringIO()
+    log.name = "results/x/run.log"
+    console.relay(FAILED_MESSAGE_STREAM, out, tty=False, log=log)
+    assert log.getvalue() == "".join(FAILED_MESSAGE_STREAM).replace("\x1b[93m", "").replace(
+        "\x1b[0m", ""
+    )
+    assert out.getvalue() == (
+        "INFO :      [ROUND 2]\n"
+        "fedmc: a failure's details (tracebacks, Ray's words) are in results/x/run.log\n"
+        "WARNING :   round 2 training: region 0 left out: client failed: RayActorLost: its Ray"
+        " node left the cluster\n"
+        "ERROR :     a later error of its own\n"
+        "INFO :      [ROUND 3]\n"
+    )
+
+
+def test_without_a_log_the_relay_keeps_tracebacks() -> None:
+    out = io.StringIO()
+    console.relay(FAILED_MESSAGE_STREAM, out, tty=False)
+    assert "Traceback" in out.getvalue()

@@ -45,6 +45,11 @@ RELAY_DROPPED = (
     "Manually terminating ClientAppActor",
 )
 """How the lines start (after the level and an actor's prefix) that `relay` drops."""
+TRACEBACK = "Traceback (most recent call last):"
+FAILED_MESSAGE = "An exception was raised when processing a message by"
+"""Flower's note that a message failed in the simulation engine (`raybackend.py`)."""
+DETAILS = (TRACEBACK, FAILED_MESSAGE, "ClientApp actor lost:")
+"""How the records start whose lines `relay` keeps off the console when it has a log."""
 RAY_FUTURE_WARNING = "Tip: In future versions of Ray, Ray will no longer override accelerator"
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 LEVEL = re.compile(r"^(?:\([^)]*\) )?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s*:\s*")
@@ -119,10 +124,50 @@ def keep(line: str) -> bool:
     return not message.startswith(RELAY_DROPPED)
 
 
-def relay(lines: Iterable[str], out: IO[str], tty: bool) -> None:
+class Details:
+    """Tells the lines of a failure's details (`DETAILS`, the exception text and traceback
+    that follow Flower's note of a failed message, any traceback) from the lines around
+    them, one line at a time. A record's further lines carry no level; a failed message's
+    note is followed by ERROR records of its exception, then its traceback."""
+
+    def __init__(self) -> None:
+        self.inside = False
+        self.before_traceback = False
+
+    def __call__(self, line: str) -> bool:
+        """Whether `line` belongs to a failure's details."""
+        plain = ANSI.sub("", line)
+        level = LEVEL.match(plain)
+        if level is None:  # a further line of the record before
+            return self.inside
+        message = plain[level.end() :].strip()
+        if message.startswith(TRACEBACK):
+            self.inside, self.before_traceback = True, False
+        elif message.startswith(DETAILS):
+            self.inside, self.before_traceback = True, message.startswith(FAILED_MESSAGE)
+        else:
+            self.inside = self.before_traceback and "ERROR" in level.group()
+        return self.inside
+
+
+def relay(lines: Iterable[str], out: IO[str], tty: bool, log: IO[str] | None = None) -> None:
     """Copy a run's log stream to `out` as it comes, without `RELAY_DROPPED`'s lines, and
-    without colour codes unless `out` is a terminal (`tty`)."""
+    without colour codes unless `out` is a terminal (`tty`). With a `log`, every line goes
+    there (without colour codes), and a failure's details (`Details`) only there: the
+    console says once where they are."""
+    details = Details()
+    pointed = False
     for line in lines:
+        if log is not None:
+            log.write(ANSI.sub("", line))
+            log.flush()
+            if details(line):
+                if not pointed:
+                    out.write(
+                        f"fedmc: a failure's details (tracebacks, Ray's words) are in {log.name}\n"
+                    )
+                    pointed = True
+                continue
         if keep(line):
             out.write(line if tty else ANSI.sub("", line))
             out.flush()

@@ -33,7 +33,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,7 +62,7 @@ from fedmc_flwr.federation.superlink import (
 )
 from fedmc_flwr.outputs import output_dir
 from fedmc_flwr.policies import two_tier_kernels
-from fedmc_flwr.results import experiment_path, holds_results
+from fedmc_flwr.results import RUN_LOG, experiment_path, holds_results
 from fedmc_flwr.sim.world import warm_cache
 from fedmc_flwr.stop_signals import stop_requests
 
@@ -249,11 +249,26 @@ def _final_status(
         time.sleep(POLL_S)
 
 
+def _relay_and_keep(lines: Iterable[str], tty: bool, log_path: Path, mode: str) -> None:
+    """`console.relay` to this process's stdout, every line also in `log_path`, opened
+    with `mode`."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open(mode, encoding="utf-8") as log:
+        relay(lines, sys.stdout, tty, log)
+
+
 def _stream_log(
-    processes: FlowerProcesses, run_id: str, env: dict[str, str], cwd: Path, tty: bool
+    processes: FlowerProcesses,
+    run_id: str,
+    env: dict[str, str],
+    cwd: Path,
+    tty: bool,
+    log_path: Path,
+    resume: bool,
 ) -> tuple[subprocess.Popen, threading.Thread]:
     """`flwr log --stream` of the run, relayed line by line to this process's stdout
-    (`console.relay`) by a thread that ends with the stream."""
+    (`console.relay`) and kept whole in `log_path` (appended to when the run resumes), by
+    a thread that ends with the stream."""
     stream = processes.start(
         [str(BIN / "flwr"), "log", run_id, CONNECTION, "--stream"],
         env={**env, "PYTHONUNBUFFERED": "1"},
@@ -263,7 +278,10 @@ def _stream_log(
         text=True,
         errors="replace",
     )
-    relaying = threading.Thread(target=relay, args=(stream.stdout, sys.stdout, tty), daemon=True)
+    mode = "a" if resume else "w"
+    relaying = threading.Thread(
+        target=_relay_and_keep, args=(stream.stdout, tty, log_path, mode), daemon=True
+    )
     relaying.start()
     return stream, relaying
 
@@ -416,7 +434,9 @@ def _run(
                 f"{engine.describe()}, {cfg.train.rounds} rounds",
                 flush=True,
             )
-            stream, relaying = _stream_log(processes, run_id, env, app, tty)
+            stream, relaying = _stream_log(
+                processes, run_id, env, app, tty, out / RUN_LOG, on_existing == "resume"
+            )
             status = _final_status(
                 run_id, out, env, app, processes, stream, deadline, between_polls
             )

@@ -58,6 +58,7 @@ from fedmc_flwr.federation.console import number_rounds_from, quiet_flower
 from fedmc_flwr.federation.identity import by_key
 from fedmc_flwr.federation.processes import token_alive
 from fedmc_flwr.federation.prompt_grid import PromptGrid
+from fedmc_flwr.federation.ray_pool import tolerate_node_loss
 from fedmc_flwr.federation.recorder import RunRecorder
 from fedmc_flwr.federation.resume import prepare_experiment
 from fedmc_flwr.federation.run_files import run_completed
@@ -204,6 +205,7 @@ def main(grid: Grid, context: Context) -> None:
     ...)` runs), then the end of a completed run under a plain `flwr run`: no `owner`
     means no `fedmc run` waits to draw the plots and print the table, so the ServerApp
     does (`summary.finish`), into the run's log."""
+    tolerate_node_loss()  # the simulation engine's actor pool, in this process beside us
     out, components = prepare_run(context, node_partitions(grid, context.run_config))
     start_grid(grid=PromptGrid(grid), strategy=components.strategy, config=components.config)
     if not context.run_config.get("owner") and run_completed(out, str(context.run_id)):
