@@ -14,6 +14,7 @@ from fedmc_flwr.federation.prompt_supernode import (
     FIRST_RETRY_S,
     IDLE_POLL_S,
     REPLY_POLL_S,
+    RETRY_CAP_S,
     PromptClock,
 )
 
@@ -45,9 +46,9 @@ def test_the_supernode_loop_and_the_pulls_get_the_shorter_waits(
     prompt_supernode.poll_promptly()
     prompt_supernode.retry_pulls_promptly()
     assert isinstance(start_client_internal.time, PromptClock)
-    assert inflatable_utils.pull_objects.__kwdefaults__["initial_backoff"] == FIRST_RETRY_S
-    defaults = inflatable_utils.pull_and_inflate_object_from_tree.__kwdefaults__
-    assert defaults["initial_backoff"] == FIRST_RETRY_S
+    for pull in (inflatable_utils.pull_objects, inflatable_utils.pull_and_inflate_object_from_tree):
+        assert pull.__kwdefaults__["initial_backoff"] == FIRST_RETRY_S
+        assert pull.__kwdefaults__["backoff_cap"] == RETRY_CAP_S
 
 
 def test_a_flower_without_the_loops_time_says_so(monkeypatch: pytest.MonkeyPatch) -> None:

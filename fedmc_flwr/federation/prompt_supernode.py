@@ -7,9 +7,9 @@ per round (train, then evaluate), on every node:
   holds the header, and the ServerApp pushes the arrays after it; a SuperNode offers its
   ClientApp the task as soon as it holds the header, and fetches the arrays after.
   Whoever asks for an array not there yet waits `PULL_INITIAL_BACKOFF`, 1 s, before
-  asking again, though the array arrives milliseconds later. Here the first retry comes
-  after `FIRST_RETRY_S`, doubling as Flower does (`retry_pulls_promptly`, also called by
-  the ClientApp launcher `forking_exec`).
+  asking again, doubling up to 10 s, though the array arrives milliseconds to a second
+  later. Here the first retry comes after `FIRST_RETRY_S`, doubling up to `RETRY_CAP_S`
+  (`retry_pulls_promptly`, also called by the ClientApp launcher `forking_exec`).
 - **The idle poll.** A SuperNode with no message asks the SuperLink again after 3 s
   (`flwr/supernode/start_client_internal.py`), so a round's message waits 1.5 s on
   average, up to 3 s, before a node even sees it. Here it asks every `IDLE_POLL_S`: the
@@ -31,6 +31,8 @@ from typing import Any
 
 FIRST_RETRY_S = 0.05
 """Before the first retry of an array not there yet; Flower's default is 1 s."""
+RETRY_CAP_S = 0.2
+"""The longest wait between two retries of one array; Flower's is 10 s."""
 IDLE_POLL_S = 0.5
 """Between a SuperNode's asks for a message while it has none; Flower's is 3 s."""
 REPLY_POLL_S = 0.05
@@ -40,14 +42,16 @@ FLOWER_IDLE_S = 3.0
 
 
 def retry_pulls_promptly() -> None:
-    """In this process, Flower's array pulls retry first after `FIRST_RETRY_S`."""
+    """In this process, Flower's array pulls retry first after `FIRST_RETRY_S`, then at
+    most `RETRY_CAP_S` apart."""
     from flwr.supercore.inflatable import inflatable_utils
 
     for pull in (inflatable_utils.pull_objects, inflatable_utils.pull_and_inflate_object_from_tree):
         defaults = pull.__kwdefaults__ or {}
-        if "initial_backoff" not in defaults:  # a Flower other than the lock's
-            raise RuntimeError(f"{pull.__qualname__} has no initial_backoff to set")
+        if not {"initial_backoff", "backoff_cap"} <= defaults.keys():  # another Flower
+            raise RuntimeError(f"{pull.__qualname__} has no initial_backoff or backoff_cap")
         defaults["initial_backoff"] = FIRST_RETRY_S
+        defaults["backoff_cap"] = RETRY_CAP_S
 
 
 class PromptClock:
