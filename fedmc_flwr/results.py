@@ -106,7 +106,9 @@ PHASES = ("train", "eval", "failed")
 
 RUN_LOG = "run.log"
 """A federated run's whole log stream, its failures' details included (the console has
-them without). `fedmc run` writes it, afresh unless it resumes the run."""
+them without). `fedmc run` and `fedmc deploy` write it, afresh unless they resume.
+Not among EXPERIMENT_FILES: the run writes it while the ServerApp clears those."""
+
 EXPERIMENT_FILES = (
     "metrics.csv",
     "timing.csv",

@@ -33,6 +33,8 @@ from typing import IO
 
 from flwr.common.logger import FLOWER_LOGGER, ConsoleHandler
 
+from fedmc_flwr.federation.ray_pool import ACTOR_LOST
+
 DROPPED = (
     "Starting evaluation of initial global parameters",
     "Evaluation returned no results (`None`)",
@@ -48,7 +50,7 @@ RELAY_DROPPED = (
 TRACEBACK = "Traceback (most recent call last):"
 FAILED_MESSAGE = "An exception was raised when processing a message by"
 """Flower's note that a message failed in the simulation engine (`raybackend.py`)."""
-DETAILS = (TRACEBACK, FAILED_MESSAGE, "ClientApp actor lost:")
+DETAILS = (TRACEBACK, FAILED_MESSAGE, ACTOR_LOST)
 """How the records start whose lines `relay` keeps off the console when it has a log."""
 RAY_FUTURE_WARNING = "Tip: In future versions of Ray, Ray will no longer override accelerator"
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")

@@ -69,7 +69,7 @@ def start_supernode(
     )
     runtime_port = free_port()
     command = [
-        str(BIN / "fedmc-supernode"),  # Flower's, its pulls retried promptly
+        str(BIN / "fedmc-supernode"),  # Flower's, with shorter waits (prompt_supernode)
         *security,
         "--superlink",
         connection.address,

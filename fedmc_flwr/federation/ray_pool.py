@@ -44,6 +44,8 @@ NODE_VERDICT_S = 30.0
 """How long a lost actor's reply waits for the GCS to say whether its node died."""
 CAPACITY_POLL_S = 5.0
 """After a loss, how often the pool asks Ray how many actors its live nodes hold."""
+ACTOR_LOST = "ClientApp actor lost"
+"""How the log line starts that gives a lost actor's reason and Ray's own account."""
 SIMULATION_ENGINE = "flwr.server.superlink.fleet.vce"
 """Loaded in a process that runs Flower's simulation engine, before its ServerApp starts;
 its Ray backend and actor pool are imported later, as the engine starts them."""
@@ -183,11 +185,12 @@ def fetch_result_and_return_actor_to_pool(pool: Any, future: Any) -> tuple[Any, 
             if actor is not None:
                 pool.num_actors -= 1
                 state.lost += 1
-        node_id = actor_node(actor) if actor is not None else None
+        node_id = None
         if actor is not None:
+            node_id = actor_node(actor)
             ray.kill(actor, no_restart=True)
         reason = why_lost(error, node_id)
-        log(WARNING, "ClientApp actor lost: %s. Ray says: %s", reason, error)
+        log(WARNING, "%s: %s. Ray says: %s", ACTOR_LOST, reason, error)
         raise RayActorLost(reason) from None
     add_actor_back_to_pool(pool, future)
     return message, context
