@@ -6,9 +6,10 @@ per region on 127.0.0.1, TLS and SuperNode authentication on). Round wall time =
 server's fit phase plus its evaluate phase, from each run's timing.csv. Each SuperNode's
 ClientApps come from a launcher that imported the app once and forks per message
 (`federation/forking_exec.py`), where Flower would start a fresh `flwr-clientapp` process;
-the simulation engine keeps its Ray actors warm. What is left is polling: an idle
-SuperNode asks the SuperLink for work every 3 s (Flower's constant). Both runs must give
-the same metrics.csv, and this checks it.
+the simulation engine keeps its Ray actors warm. The SuperNodes and the ServerApp poll
+sooner than Flower's constants (`prompt_supernode.py`, `prompt_grid.py`), and a message's
+arrays travel as one bundle (`federation/bundle.py`), so each hop moves a few objects
+rather than two per array. Both runs must give the same metrics.csv, and this checks it.
 
 Cold start: both runs start from an empty compiled-kernel cache of their own
 (`FEDMC_CACHE_DIR`), as on a fresh machine, and the table gives each engine's round-1

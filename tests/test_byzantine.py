@@ -27,6 +27,7 @@ from fedmc_flwr.federation.aggregation import (
     pool_statistics,
     screen,
 )
+from fedmc_flwr.federation.bundle import bundle
 from fedmc_flwr.federation.strategy import RegionStrategy
 from fedmc_flwr.policies.moments import Moments, pool
 
@@ -155,7 +156,7 @@ def test_the_strategy_records_what_multi_krum_turns_away_as_failed() -> None:
     results = []
     for region, delta in enumerate(deltas):
         metrics = wire.covering([region]) | wire.pack(region, {"env_steps": 50.0})
-        params = ndarrays_to_parameters([delta.astype(np.float32)])
+        params = ndarrays_to_parameters(bundle([delta.astype(np.float32)]))
         results.append((None, FitRes(Status(Code.OK, ""), params, 50, metrics)))
     strategy.aggregate_fit(1, results, [])
     assert fits == [[0, 1]]

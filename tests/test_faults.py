@@ -29,6 +29,7 @@ from fedmc_flwr.federation.aggregation import (
     clip_to_median,
     coordinatewise,
 )
+from fedmc_flwr.federation.bundle import bundle
 from fedmc_flwr.federation.strategy import RegionStrategy, RoundFailed
 
 MAX_STEPS = 100
@@ -42,7 +43,7 @@ def _reply(regions: list[int], weights: list[list[np.ndarray]], steps: int = 50)
     metrics = wire.covering(regions)
     for region in regions:
         metrics |= wire.pack(region, {"env_steps": float(steps)})
-    return [a for w in weights for a in w], metrics
+    return bundle([a for w in weights for a in w]), metrics
 
 
 def test_every_expected_region_is_healthy_or_failed_with_a_reason() -> None:

@@ -21,6 +21,7 @@ from flwr.supercore.primitives.asymmetric import public_key_to_bytes
 from fedmc_flwr.config import ExperimentConfig, FaultConfig, FederationConfig, to_yaml
 from fedmc_flwr.evaluation import EvalResult
 from fedmc_flwr.federation import faults, wire
+from fedmc_flwr.federation.bundle import bundle
 from fedmc_flwr.federation.client_app import RegionClient
 from fedmc_flwr.federation.credentials import make_node_key
 from fedmc_flwr.federation.identity import by_key, by_rank, fingerprint
@@ -89,7 +90,7 @@ def _fit(claims: dict[int, float]) -> FitRes:
     for region, value in claims.items():
         metrics |= wire.pack(region, {"env_steps": 50.0})
         weights.append(np.full((2, 3), value, np.float32))
-    return FitRes(Status(Code.OK, ""), ndarrays_to_parameters(weights), 50, metrics)
+    return FitRes(Status(Code.OK, ""), ndarrays_to_parameters(bundle(weights)), 50, metrics)
 
 
 def _eval(claims: dict[int, float]) -> EvaluateRes:

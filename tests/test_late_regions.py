@@ -29,6 +29,7 @@ from fedmc_flwr.experiments.sweep import run_sweep
 from fedmc_flwr.experiments.training import train
 from fedmc_flwr.federation import wire
 from fedmc_flwr.federation.accounting import sort_out
+from fedmc_flwr.federation.bundle import bundle, unbundle
 from fedmc_flwr.federation.client_app import RegionClient
 from fedmc_flwr.federation.runner import node_joins
 from fedmc_flwr.federation.server_app import initial_weights
@@ -110,9 +111,9 @@ def test_a_client_leaves_its_late_region_out_until_it_joins_then_starts_it_from_
     config = {"experiment": to_yaml(cfg), "server-round": 1}
     client = RegionClient(0, 1, tmp_path / "state")
     start = initial_weights(cfg)
-    weights, steps, metrics = client.fit(start, config)
+    weights, steps, metrics = client.fit(bundle(start), config)  # as a message carries them
     assert wire.regions(metrics) == [0] and steps == cfg.ppo.num_envs * 32
-    _, _, evaluated = client.evaluate(start, config)
+    _, _, evaluated = client.evaluate(bundle(start), config)
     assert wire.regions(evaluated) == [0]
     global_weights = weights  # region 0's round stands in for the aggregate
     _, steps, metrics = client.fit(global_weights, {**config, "server-round": 2})
@@ -121,7 +122,7 @@ def test_a_client_leaves_its_late_region_out_until_it_joins_then_starts_it_from_
     joined = PPOLearner(learner_plan(cfg, [1]), seed=0)
     joined.load(tmp_path / "state" / cfg.name / "europe-west9" / "round_002.npz")
     assert joined.global_step == cfg.ppo.num_envs * 16  # a fresh learner, one round old
-    pooled = global_weights[len(joined.params)]  # the observation count the global held
+    pooled = unbundle(global_weights)[len(joined.params)]  # the observation count the global held
     assert pooled[0] > 0 and joined.norm.total.count == pooled[0] + joined.norm.fresh.count
 
 

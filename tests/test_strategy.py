@@ -17,6 +17,7 @@ from fedmc_flwr.federation.aggregation import (
     shrink,
     weighted_mean,
 )
+from fedmc_flwr.federation.bundle import bundle
 from fedmc_flwr.federation.wire import policy_name
 from fedmc_flwr.policies.moments import Moments
 from fedmc_flwr.sim.world import METRIC_NAMES
@@ -99,13 +100,15 @@ def test_split_update_cuts_a_multi_region_reply() -> None:
     metrics = (
         wire.covering([0, 2]) | wire.pack(0, {"env_steps": 8.0}) | wire.pack(2, {"env_steps": 4.0})
     )
-    updates = split_update([*_weights(1.0), *_weights(2.0)], metrics, per_region=2)
+    updates = split_update(bundle([*_weights(1.0), *_weights(2.0)]), metrics, per_region=2)
     assert [(u.region, u.num_examples) for u in updates] == [(0, 8), (2, 4)]
     np.testing.assert_array_equal(updates[1].weights[0], _weights(2.0)[0])
     with pytest.raises(ValueError, match="expected 2 per region"):
-        split_update(_weights(1.0), metrics, per_region=2)
+        split_update(bundle(_weights(1.0)), metrics, per_region=2)
     with pytest.raises(ValueError, match="env_steps"):
-        split_update(_weights(1.0), wire.covering([0]), per_region=2)
+        split_update(bundle(_weights(1.0)), wire.covering([0]), per_region=2)
+    with pytest.raises(ValueError, match="one bundle"):
+        split_update(_weights(1.0), metrics, per_region=2)  # arrays not bundled
 
 
 def test_regions_of_covers_every_region_once() -> None:

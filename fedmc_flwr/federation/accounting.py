@@ -25,6 +25,7 @@ from flwr.common import Scalar
 
 from fedmc_flwr.federation import wire
 from fedmc_flwr.federation.aggregation import RegionUpdate, check_update
+from fedmc_flwr.federation.bundle import unbundle
 
 REASON_CHARS = 240
 """Longest reason kept in metrics.csv; a longer one is cut and ends with `...`."""
@@ -138,11 +139,13 @@ def missing_reason(client_failures: Sequence[str]) -> str:
 def split_update(
     weights: Sequence[np.ndarray], metrics: Mapping[str, Scalar], per_region: int
 ) -> list[RegionUpdate]:
-    """Cut one client's reply (its regions' weight lists, concatenated) into region updates.
+    """Cut one client's reply (its regions' weight lists, concatenated, in one bundle) into
+    region updates.
 
-    ValueError when the reply cannot be cut: wrong array count, no step count.
+    ValueError when the reply cannot be cut: no bundle, wrong array count, no step count.
     """
     regions = wire.regions(metrics)
+    weights = unbundle(weights)
     if len(weights) != per_region * len(regions):
         raise ValueError(
             f"{len(weights)} arrays for regions {regions}, expected {per_region} per region"

@@ -47,6 +47,7 @@ from fedmc_flwr.config import (
 )
 from fedmc_flwr.evaluation import EvalResult, evaluate
 from fedmc_flwr.federation import faults, wire
+from fedmc_flwr.federation.bundle import bundle, unbundle
 from fedmc_flwr.federation.console import quiet_flower
 from fedmc_flwr.federation.control_variates import train_corrected
 from fedmc_flwr.federation.wire import policy_name
@@ -214,7 +215,7 @@ class RegionClient(NumPyClient):
 
     def fit(self, arrays: Weights, config: Config) -> tuple[Weights, int, dict[str, Scalar]]:
         cfg = experiment_from(config)
-        parameters, control = wire.split_control(arrays, cfg.federation)
+        parameters, control = wire.split_control(unbundle(arrays), cfg.federation)
         server_round = int(config["server-round"])
         regions = self._regions(cfg, config)
         weights: Weights = []
@@ -238,16 +239,17 @@ class RegionClient(NumPyClient):
             weights += trained
             metrics |= wire.pack(claimed[-1], stats)
             steps += region_steps
-        return weights, steps, wire.covering(claimed) | metrics
+        return bundle(weights), steps, wire.covering(claimed) | metrics
 
     def evaluate(self, parameters: Weights, config: Config) -> tuple[float, int, dict[str, Scalar]]:
         cfg = experiment_from(config)
         server_round = int(config["server-round"])
         regions = self._regions(cfg, config)
+        weights = unbundle(parameters)
         metrics: dict[str, Scalar] = wire.covering(regions)
         rewards = []
         for region in regions:
-            result, wall = evaluate_region(cfg, region, parameters, self.state_dir, server_round)
+            result, wall = evaluate_region(cfg, region, weights, self.state_dir, server_round)
             rewards.append(result.per_seed_reward)
             metrics |= wire.pack(region, {**wire.eval_metrics(result), "wall_time_s": wall})
         loss = -float(np.mean(np.concatenate(rewards))) if rewards else 0.0

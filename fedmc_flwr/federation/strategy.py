@@ -78,6 +78,7 @@ from fedmc_flwr.federation.accounting import (
     sort_out,
 )
 from fedmc_flwr.federation.aggregation import RegionUpdate, Score, Weights, aggregate, screen
+from fedmc_flwr.federation.bundle import bundle
 from fedmc_flwr.federation.control_variates import next_control
 from fedmc_flwr.federation.drift import update_drift
 from fedmc_flwr.federation.identity import by_rank, impostor
@@ -219,7 +220,7 @@ class RegionStrategy(Strategy):
         return f"RegionStrategy({f.strategy}, mu={f.mu}, aggregation={f.aggregation})"
 
     def initialize_parameters(self, client_manager: ClientManager) -> Parameters | None:
-        return ndarrays_to_parameters(self.weights)
+        return ndarrays_to_parameters(bundle(self.weights))
 
     def _active(self, server_round: int) -> list[int]:
         """The regions that have joined by `server_round`."""
@@ -341,7 +342,9 @@ class RegionStrategy(Strategy):
         assigned = self._assign(clients, rnd, self.instructions(rnd))
         reporting = self._reporting([client for client, _ in assigned], rnd)
         if self.federation.drift_correction != "none":
-            parameters = ndarrays_to_parameters(wire.with_control(self.weights, self._control()))
+            parameters = ndarrays_to_parameters(
+                bundle(wire.with_control(self.weights, self._control()))
+            )
         return [
             (proxy, FitIns(parameters, config))
             for proxy, (_, config) in zip(reporting, assigned, strict=True)
@@ -388,7 +391,7 @@ class RegionStrategy(Strategy):
             server_state=self.server_state.arrays(),
             drift=drift,
         )
-        return ndarrays_to_parameters(self.weights), {}
+        return ndarrays_to_parameters(bundle(self.weights)), {}
 
     def _control(self) -> np.ndarray:
         """The federation's control variate (`control_variates`): 0 before the first round."""
