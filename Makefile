@@ -67,7 +67,8 @@ plots: setup
 # two personalised variants, local-only and centralised (personal_*.yaml), and where the
 # regions' experience differs: events only one region trains on, each region in turn
 # (outages: rare_events*.yaml; unmasked slowdowns: rare_slowdowns*.yaml), a
-# region whose load drifts (drift_region.yaml) and ten small regions (many_small_regions.yaml),
+# region whose load drifts (drift_region.yaml) and ten small regions (many_small_regions.yaml,
+# with tries against its regions' own learners: many_small_regions_tries.yaml),
 # with why averaging fell short there (federating_diagnosis.yaml, federating_tries.yaml,
 # rare_slowdowns_tries.yaml) and SCAFFOLD's drift correction against FedAvg
 # (drift_correction.yaml, drift_correction_busy_region.yaml).
@@ -77,8 +78,9 @@ SWEEPS ?= two_tier_tuning learner_tuning default plateau trace_dc node_scorer la
 	fedprox_balanced fedprox_busy_region fedprox_skewed_prices_carbon fedprox_outages \
 	personal_balanced personal_busy_region personal_skewed_prices_carbon personal_outages \
 	rare_events rare_events_at1 rare_events_at2 rare_slowdowns rare_slowdowns_at1 rare_slowdowns_at2 \
-	rare_slowdowns_at1_rollout32 rare_slowdowns_tries drift_region many_small_regions federating_diagnosis \
-	federating_tries drift_correction drift_correction_busy_region
+	rare_slowdowns_at1_rollout32 rare_slowdowns_tries drift_region many_small_regions \
+	many_small_regions_tries federating_diagnosis federating_tries drift_correction \
+	drift_correction_busy_region
 TRANSFERS ?= 10x20 20x50
 SEEDS ?= 0 1 2 3 4
 # Two cells at once fill a 2-core machine (a federated cell leaves one core idle half of

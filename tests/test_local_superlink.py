@@ -92,8 +92,9 @@ def test_a_pid_that_another_process_holds_now_is_never_signalled(tmp_path: Path)
     other = _sleeper(with_child=True)
     (child,) = _children(other)
     pid_file = tmp_path / "x.pid"
-    started = psutil.Process(other.pid).create_time()
-    pid_file.write_text(json.dumps({"family": {str(other.pid): started - 5.0}}))
+    record_pid(pid_file, other.pid)
+    recorded = json.loads(pid_file.read_text())["family"][str(other.pid)]
+    pid_file.write_text(json.dumps({"family": {str(other.pid): recorded - 5.0}}))
     try:
         assert recorded_alive(pid_file) == []
         assert stop_recorded(pid_file) == 0 and not pid_file.exists()

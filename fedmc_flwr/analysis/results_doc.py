@@ -111,7 +111,8 @@ pooled experience helps there at all; `rare_slowdowns_at1_rollout32` repeats
 and `rare_slowdowns_tries` (its section below) tries the server's own step, more rounds
 and SCAFFOLD's drift correction on its validation worlds (`drift_correction` and
 `drift_correction_busy_region` try SCAFFOLD on ten small regions and beside a busy
-region). A drifting region (`train.drift`: `drift_region`,
+region; `many_small_regions_tries` tries fine-tuning and shorter rollouts there against
+the regions' own learners). A drifting region (`train.drift`: `drift_region`,
 whose load rises in round 4) is judged on its own worlds, against centralised PPO too (it
 lives through the drift as well), with the difference at the round of the change in the
 "at first evaluation" column and the rounds each learner needs from the change until it

@@ -36,15 +36,31 @@ def _stop_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+START_SLACK_S = 1.0
+"""How far two readings of one process's start time may differ: psutil gives a start time
+as seconds since boot plus the boot time, which the kernel derives from the wall clock, so
+a clock adjustment moves it by whole seconds; readings since boot differ only by a reading
+of the boot time taken a moment apart. Compared exactly, a clock adjustment makes a live
+owner look gone, and its run stops ("the process that started this run is gone")."""
+
+
+def _started(process: psutil.Process) -> float:
+    """`process`'s start time in seconds since boot (see START_SLACK_S)."""
+    return process.create_time() - psutil.boot_time()
+
+
 def _process_table() -> dict[int, tuple[int, int, float]]:
-    """pid -> (parent pid, session id, start time) of every live process."""
+    """pid -> (parent pid, session id, start time since boot) of every live process."""
     table = {}
+    psutil.process_iter.cache_clear()  # its cached processes keep the boot time of then
+    boot = psutil.boot_time()
     for process in psutil.process_iter(["ppid", "create_time", "status"]):
         info = process.info
         if info["status"] == psutil.STATUS_ZOMBIE:
             continue
         try:
-            table[process.pid] = (info["ppid"], os.getsid(process.pid), info["create_time"])
+            started = info["create_time"] - boot
+            table[process.pid] = (info["ppid"], os.getsid(process.pid), started)
         except OSError:  # gone meanwhile
             continue
     return table
@@ -93,7 +109,7 @@ class FlowerProcesses:
         if self.registry is not None and len(self.family) != before:
             me = psutil.Process()
             family = {str(pid): t for pid, t in self.family.items()}
-            write_json(self.registry, {"owner": [me.pid, me.create_time()], "family": family})
+            write_json(self.registry, {"owner": [me.pid, _started(me)], "family": family})
 
     def alive(self) -> list[int]:
         """Family members still running (same PID and same start time)."""
@@ -123,7 +139,7 @@ class FlowerProcesses:
 def owner_token() -> str:
     """This process as `pid:start time`, for a child to check that it is still there."""
     me = psutil.Process()
-    return f"{me.pid}:{me.create_time()!r}"
+    return f"{me.pid}:{_started(me)!r}"
 
 
 def token_alive(token: str) -> bool:
@@ -139,7 +155,11 @@ def token_alive(token: str) -> bool:
 
 def _alive(members: dict[int, float]) -> list[int]:
     table = _process_table()
-    return [pid for pid, t in members.items() if pid in table and table[pid][2] == t]
+    return [
+        pid
+        for pid, t in members.items()
+        if pid in table and abs(table[pid][2] - t) <= START_SLACK_S
+    ]
 
 
 def _terminate(
@@ -229,7 +249,7 @@ def _stop_family(members: dict[int, float]) -> int:
 def record_pid(pid_file: Path, pid: int) -> None:
     """`pid` and its start time into `pid_file`, for `stop_recorded` to stop it later from
     another process; in the registry's layout."""
-    write_json(pid_file, {"family": {str(pid): psutil.Process(pid).create_time()}})
+    write_json(pid_file, {"family": {str(pid): _started(psutil.Process(pid))}})
 
 
 def recorded_alive(pid_file: Path) -> list[int]:
