@@ -70,6 +70,22 @@ def test_the_readme_block_is_replaced_and_the_rest_kept(tmp_path: Path) -> None:
         update_readme(readme, sweeps)
 
 
+def test_a_checkout_without_the_headline_results_keeps_the_published_block(
+    tmp_path: Path,
+) -> None:
+    sweeps, results = tmp_path / "sweeps", tmp_path / "results"
+    sweeps.mkdir()
+    sweep_file(sweeps, "default", results)
+    readme = tmp_path / "README.md"
+    published = f"# Title\n\n{BEGIN}\n| published | table |\n{END}\n"
+    readme.write_text(published)
+    update_readme(readme, sweeps)
+    assert readme.read_text() == published
+    readme.write_text(f"# Title\n\n{BEGIN}\n{END}\n")
+    update_readme(readme, sweeps)
+    assert "Not measured yet" in readme.read_text()
+
+
 def test_the_optimum_section_holds_each_measured_part_and_names_the_missing(
     tmp_path: Path,
 ) -> None:

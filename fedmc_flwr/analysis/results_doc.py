@@ -353,19 +353,22 @@ def write_results(
 
 
 def update_readme(readme: Path, sweeps_dir: Path = SWEEPS_DIR) -> None:
-    """Replace the README's headline block with the headline sweep's summary."""
+    """Replace the README's headline block with the headline sweep's summary; a checkout
+    without the sweep's results keeps the block as last published, as docs/results.md
+    keeps its sections."""
     text = readme.read_text()
     if BEGIN not in text or END not in text:
         raise InputError(f"{readme}: no headline block ({BEGIN} ... {END})")
+    head, rest = text.split(BEGIN, 1)
+    published, tail = rest.split(END, 1)
     sweep = load_sweep(sweeps_dir / f"{HEADLINE}.yaml")
     summary = sweep.out_dir / "summary.md"
-    table = (
-        summary.read_text().strip()
-        if summary.is_file()
-        else f"Not measured yet: `make results` measures it (`{HEADLINE}` sweep)."
-    )
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
+    if summary.is_file():
+        table = summary.read_text().strip()
+    elif published.strip():
+        return
+    else:
+        table = f"Not measured yet: `make results` measures it (`{HEADLINE}` sweep)."
     readme.write_text(f"{head}{BEGIN}\n{table}\n\n{END}{tail}")
 
 
