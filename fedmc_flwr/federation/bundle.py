@@ -48,13 +48,12 @@ def unbundle(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
     raw = np.asarray(arrays[0])
     if raw.dtype != np.uint8 or raw.ndim != 1:
         raise ValueError(f"a bundle is 1-D uint8, got {raw.dtype} of shape {raw.shape}")
-    data = raw.tobytes()
     start = len(MAGIC) + LENGTH_BYTES
-    if not data.startswith(MAGIC) or len(data) < start:
+    if len(raw) < start or raw[: len(MAGIC)].tobytes() != MAGIC:
         raise ValueError("not a bundle of arrays (no header)")
-    length = int.from_bytes(data[len(MAGIC) : start], "little")
+    length = int.from_bytes(raw[len(MAGIC) : start].tobytes(), "little")
     try:
-        header = json.loads(data[start : start + length])
+        header = json.loads(raw[start : start + length].tobytes())
         layout = [(np.dtype(dtype), tuple(int(n) for n in shape)) for dtype, shape in header]
     except (ValueError, TypeError) as exc:
         raise ValueError(f"a bundle's header is unreadable: {exc}") from None
@@ -63,11 +62,11 @@ def unbundle(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         if dtype.kind not in KINDS or any(n < 0 for n in shape):
             raise ValueError(f"a bundle may not hold an array of {dtype} and shape {shape}")
         size = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
-        if offset + size > len(data):
+        if offset + size > len(raw):
             raise ValueError("a bundle ends before its arrays do")
-        out.append(np.frombuffer(data, dtype=dtype, count=size // dtype.itemsize, offset=offset))
-        out[-1] = out[-1].reshape(shape).copy()
+        # one copy, which also aligns the array wherever its bytes sat in the bundle
+        out.append(raw[offset : offset + size].copy().view(dtype).reshape(shape))
         offset += size
-    if offset != len(data):
-        raise ValueError(f"a bundle holds {len(data) - offset} bytes beyond its arrays")
+    if offset != len(raw):
+        raise ValueError(f"a bundle holds {len(raw) - offset} bytes beyond its arrays")
     return out
