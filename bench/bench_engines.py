@@ -17,9 +17,14 @@ training time over its round-2 training time. With `--warm-cache` both use the u
 instead, which skips minutes of compiling on a busy machine where only whether the bench
 runs matters (the test suite's smoke run); the cold-start ratio then measures nothing.
 
+The machine's speed drifts by a tenth or more over minutes, and the two runs of a pair are
+minutes apart: `--repeats N` runs N pairs, the engines alternated, and gives the median of
+the pairs' ratios beside each.
+
 Prints a table, then one JSON line of the figures.
 
-    python bench/bench_engines.py [--config conf/small_demo.yaml] [--rounds 3] [--warm-cache]
+    python bench/bench_engines.py [--config conf/small_demo.yaml] [--rounds 3] [--repeats 1]
+        [--warm-cache]
 """
 
 from __future__ import annotations
@@ -41,32 +46,53 @@ COLD_GOAL = 1.5
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--warm-cache", action="store_true", help="skip the cold start")
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="pairs of runs, the engines alternated"
+    )
     args, overrides, cfg = round_bench_args(parser, "bench_engines")
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
+    rounds = range(1, args.rounds + 1)
     with tempfile.TemporaryDirectory(prefix="bench-engines-") as tmp:
-        phases = {}
-        for engine, command in (("sim", ("run",)), ("deploy", ("deploy",))):
-            empty = {"FEDMC_CACHE_DIR": str(Path(tmp) / f"numba-{engine}")}
-            env = {**os.environ, **({} if args.warm_cache else empty)}
-            phases[engine] = federated_phase_seconds(
-                args.config, overrides, Path(tmp) / engine, command, env
-            )
-        simulation, deployment = (
-            [phases[e][(r, "train")] + phases[e][(r, "eval")] for r in range(1, args.rounds + 1)]
-            for e in ("sim", "deploy")
-        )
-        cold = {e: phases[e][(1, "train")] / phases[e][(2, "train")] for e in phases}
+        runs = []  # per repeat: engine -> (round, phase) -> seconds
+        for repeat in range(args.repeats):
+            phases = {}
+            for engine, command in (("sim", ("run",)), ("deploy", ("deploy",))):
+                where = Path(tmp) / f"{engine}-{repeat}"
+                empty = {"FEDMC_CACHE_DIR": str(where / "numba")}
+                env = {**os.environ, **({} if args.warm_cache else empty)}
+                phases[engine] = federated_phase_seconds(
+                    args.config, overrides, where, command, env
+                )
+            runs.append(phases)
         same = all(
-            (Path(tmp) / "sim" / cfg.name / t).read_bytes()
-            == (Path(tmp) / "deploy" / cfg.name / t).read_bytes()
+            (Path(tmp) / "sim-0" / cfg.name / t).read_bytes()
+            == (Path(tmp) / f"{engine}-{repeat}" / cfg.name / t).read_bytes()
             for t in ("metrics.csv", "per_seed.csv")
+            for engine in ("sim", "deploy")
+            for repeat in range(args.repeats)
         )
-    ratios = [d / s for d, s in zip(deployment, simulation, strict=True)]
-    steady = float(np.mean(ratios[1:]))
+    seconds = [
+        {e: [run[e][(r, "train")] + run[e][(r, "eval")] for r in rounds] for e in run}
+        for run in runs
+    ]
+    ratios = [[d / s for d, s in zip(run["deploy"], run["sim"], strict=True)] for run in seconds]
+    steady_each = [float(np.mean(r[1:])) for r in ratios]
+    steady = float(np.median(steady_each))
+    cold = {
+        e: float(np.median([run[e][(1, "train")] / run[e][(2, "train")] for run in runs]))
+        for e in ("sim", "deploy")
+    }
     print(f"{cfg.name}: {cfg.world.regions} regions, {args.rounds} rounds, same seed")
-    print(f"{'round':>5}  {'simulation s':>12}  {'deployment s':>12}  {'ratio':>6}")
-    for k, (s, d, r) in enumerate(zip(simulation, deployment, ratios, strict=True), start=1):
-        print(f"{k:>5}  {s:>12.2f}  {d:>12.2f}  {r:>6.2f}")
-    print(f"deployment / simulation after round 1: {steady:.2f} (goal <= {GOAL_RATIO})")
+    print(f"{'run':>3}  {'round':>5}  {'simulation s':>12}  {'deployment s':>12}  {'ratio':>6}")
+    for k, (run, ratio) in enumerate(zip(seconds, ratios, strict=True), start=1):
+        for r, (s, d, q) in enumerate(zip(run["sim"], run["deploy"], ratio, strict=True), start=1):
+            print(f"{k:>3}  {r:>5}  {s:>12.2f}  {d:>12.2f}  {q:>6.2f}")
+    each = ", ".join(f"{x:.2f}" for x in steady_each)
+    print(
+        f"deployment / simulation after round 1: {steady:.2f} "
+        f"(median of {args.repeats} runs: {each}; goal <= {GOAL_RATIO})"
+    )
     print(f"identical metrics.csv and per_seed.csv: {same}")
     print(
         f"round 1 / round 2 training, {'warm' if args.warm_cache else 'empty'} kernel cache: "
@@ -80,8 +106,10 @@ def main() -> None:
                 "config": str(args.config),
                 "rounds": args.rounds,
                 "regions": cfg.world.regions,
-                "simulation_round_s": [round(x, 3) for x in simulation],
-                "deployment_round_s": [round(x, 3) for x in deployment],
+                "repeats": args.repeats,
+                "simulation_round_s": [[round(x, 3) for x in run["sim"]] for run in seconds],
+                "deployment_round_s": [[round(x, 3) for x in run["deploy"]] for run in seconds],
+                "ratio_after_round_1_each": [round(x, 3) for x in steady_each],
                 "ratio_after_round_1": round(steady, 3),
                 "goal_ratio": GOAL_RATIO,
                 "identical_tables": same,

@@ -85,7 +85,7 @@ FLOWER = [
         ray=True,
     ),
     Smoke("bench_scaling.py", f"--config {TINY_ARG} --estates 2x2", "estate", ray=True),
-    Smoke("bench_engines.py", f"--config {TINY_ARG} --rounds 2 --warm-cache", "round", ray=True),
+    Smoke("bench_engines.py", f"--config {TINY_ARG} --rounds 2 --warm-cache", "run", ray=True),
     Smoke("bench_startup.py", f"--config {TINY_ARG} --repeats 1", "repeat", ray=True),
 ]
 """The benches that run `fedmc run` (and `fedmc deploy`, `flwr run .`): each some 30 s or

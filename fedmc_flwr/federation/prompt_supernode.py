@@ -9,7 +9,8 @@ per round (train, then evaluate), on every node:
   Whoever asks for an array not there yet waits `PULL_INITIAL_BACKOFF`, 1 s, before
   asking again, doubling up to 10 s, though the array arrives milliseconds to a second
   later. Here the first retry comes after `FIRST_RETRY_S`, doubling up to `RETRY_CAP_S`
-  (`retry_pulls_promptly`, also called by the ClientApp launcher `forking_exec`).
+  (`retry_pulls_promptly`, also called by the ClientApp launcher `forking_exec` and by
+  the ServerApp, which pulls each reply's arrays the same way).
 - **The idle poll.** A SuperNode with no message asks the SuperLink again after 3 s
   (`flwr/supernode/start_client_internal.py`), so a round's message waits 1.5 s on
   average, up to 3 s, before a node even sees it. Here it asks every `IDLE_POLL_S`: the
@@ -33,7 +34,7 @@ FIRST_RETRY_S = 0.05
 """Before the first retry of an array not there yet; Flower's default is 1 s."""
 RETRY_CAP_S = 0.2
 """The longest wait between two retries of one array; Flower's is 10 s."""
-IDLE_POLL_S = 0.5
+IDLE_POLL_S = 0.2
 """Between a SuperNode's asks for a message while it has none; Flower's is 3 s."""
 REPLY_POLL_S = 0.05
 """Between a SuperNode's looks for its ClientApp's reply and arrays; Flower's is 0.5 s."""

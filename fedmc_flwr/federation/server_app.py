@@ -58,6 +58,7 @@ from fedmc_flwr.federation.console import number_rounds_from, quiet_flower
 from fedmc_flwr.federation.identity import by_key
 from fedmc_flwr.federation.processes import token_alive
 from fedmc_flwr.federation.prompt_grid import PromptGrid
+from fedmc_flwr.federation.prompt_supernode import retry_pulls_promptly
 from fedmc_flwr.federation.ray_pool import tolerate_node_loss
 from fedmc_flwr.federation.recorder import RunRecorder
 from fedmc_flwr.federation.resume import prepare_experiment
@@ -206,6 +207,7 @@ def main(grid: Grid, context: Context) -> None:
     means no `fedmc run` waits to draw the plots and print the table, so the ServerApp
     does (`summary.finish`), into the run's log."""
     tolerate_node_loss()  # the simulation engine's actor pool, in this process beside us
+    retry_pulls_promptly()  # a reply's arrays asked for before its node has pushed them all
     out, components = prepare_run(context, node_partitions(grid, context.run_config))
     start_grid(grid=PromptGrid(grid), strategy=components.strategy, config=components.config)
     if not context.run_config.get("owner") and run_completed(out, str(context.run_id)):
