@@ -90,6 +90,21 @@ def test_a_reply_after_its_thread_gave_up_is_dropped() -> None:
     assert grid._arrived == {} and grid._due == set()  # nothing kept for a thread that left
 
 
+class StrayGrid(ScriptedGrid):
+    """A grid that also hands back the reply to a message no thread waits for any more (an
+    ask that left while that thread gave up)."""
+
+    def pull_messages(self, message_ids: Iterable[str]) -> list[SimpleNamespace]:
+        stray = SimpleNamespace(metadata=SimpleNamespace(reply_to_message_id="left"))
+        return [*super().pull_messages(message_ids), stray]
+
+
+def test_a_reply_whose_thread_left_is_not_kept() -> None:
+    grid = PromptGrid(StrayGrid({"a": 0}), poll_s=0.05)  # type: ignore[arg-type]
+    assert replies_to(grid.send_and_receive(["a"])) == ["a"]
+    assert grid._arrived == {}
+
+
 @pytest.mark.parametrize("method", ["get_node_ids", "get_nodes", "run"])
 def test_the_rest_is_the_wrapped_grids(method: str) -> None:
     wrapped = SimpleNamespace(get_node_ids=lambda: [7], get_nodes=lambda: ["node"], run="run")
