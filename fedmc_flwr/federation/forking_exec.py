@@ -38,7 +38,8 @@ from typing import Any
 from fedmc_flwr.federation.prompt_supernode import retry_pulls_promptly
 
 DEFAULT_POLL_S = 0.05
-"""Between two asks for a task; Flower's launcher waits 1 s."""
+"""Between two asks for a task while no child works; Flower's launcher waits 1 s, also
+while its ClientApp works."""
 
 
 def preload() -> None:
