@@ -1,5 +1,5 @@
-"""The server's step on the round's aggregate (`federation/server_optimizers.py`): FedAvgM
-and FedAdam against steps worked out by hand over two rounds of toy updates, the state's
+"""The server's step on the round's aggregate (`federation/server_optimizers.py`): FedAvgM,
+FedAdam and FedExP against steps worked out by hand over two rounds of toy updates, the state's
 trip through a round checkpoint, and the config's refusals."""
 
 from __future__ import annotations
@@ -10,9 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import TINY
+from test_faults import MAX_STEPS, _fit_res, _net, _Recorder
 
 from fedmc_flwr.config import ConfigError, FederationConfig, load_config
 from fedmc_flwr.federation.server_optimizers import ServerState, server_step
+from fedmc_flwr.federation.strategy import RegionStrategy
 from fedmc_flwr.policies.checkpoints import checkpoint_arrays, read_checkpoint, write_weights
 
 
@@ -58,6 +60,61 @@ def test_fedadam_takes_reddis_step_worked_by_hand() -> None:
     np.testing.assert_allclose(state.second[0], [0.0499], rtol=1e-5)
 
 
+def _fedexp_round(weights, regions, largest):
+    """One FedExP round from `weights` over `regions`' networks, the aggregate their mean."""
+    federation = FederationConfig(server_optimizer="fedexp", server_learning_rate=largest)
+    networks = [[np.array(r, np.float32)] for r in regions]
+    aggregate = [np.mean([n[0] for n in networks], axis=0)]
+    (out,), state = server_step(
+        [np.array(weights, np.float32)], aggregate, ServerState(), federation, networks
+    )
+    return out, state
+
+
+def test_fedexp_extrapolates_by_what_the_averaging_cancelled_worked_by_hand() -> None:
+    """From [0, 0], regions [3, 0] and [-1, 0]: mean update [1, 0], their squared norms 9
+    and 1, so eta = (9 + 1) / 2 / (2 * 1) = 2.5 and w = [2.5, 0]. Round 2 from there,
+    both regions at [2.5, 1]: they agree, (1 / (2 * 1)) = 0.5 is raised to 1, and w is the
+    mean, [2.5, 1]. Under a cap of 2 the first round stops at [2, 0]. No state is kept."""
+    first, state = _fedexp_round([0.0, 0.0], [[3.0, 0.0], [-1.0, 0.0]], largest=10.0)
+    np.testing.assert_allclose(first, [2.5, 0.0], atol=1e-6)
+    assert state == ServerState() and first.dtype == np.float32
+    second, _ = _fedexp_round(list(first), [[2.5, 1.0], [2.5, 1.0]], largest=10.0)
+    np.testing.assert_allclose(second, [2.5, 1.0], atol=1e-6)
+    capped, _ = _fedexp_round([0.0, 0.0], [[3.0, 0.0], [-1.0, 0.0]], largest=2.0)
+    np.testing.assert_allclose(capped, [2.0, 0.0], atol=1e-6)
+
+
+def test_fedexp_with_one_region_or_no_move_is_fedavg() -> None:
+    """One region's update is its own mean: eta = 1 / 2, raised to 1. Regions that
+    cancel exactly leave nothing to extrapolate."""
+    alone, _ = _fedexp_round([1.0, -1.0], [[4.0, 3.0]], largest=5.0)
+    np.testing.assert_allclose(alone, [4.0, 3.0], atol=1e-6)
+    still, _ = _fedexp_round([1.0, 1.0], [[2.0, 1.0], [0.0, 1.0]], largest=5.0)
+    np.testing.assert_allclose(still, [1.0, 1.0], atol=1e-6)
+    with pytest.raises(ValueError, match="regions' networks"):
+        server_step(
+            [np.zeros(2, np.float32)],
+            [np.ones(2, np.float32)],
+            ServerState(),
+            FederationConfig(server_optimizer="fedexp", server_learning_rate=2.0),
+        )
+
+
+def test_the_strategy_sizes_fedexps_step_from_the_regions_it_kept() -> None:
+    """Regions at 3, -1 and -1 from 0 (every element alike): mean update 1/3, squared
+    norms' mean 11/3 per element, eta = (11/3) / (2/9) = 16.5, so the network lands at
+    5.5; a cap of 10 stops it at 10/3."""
+    for largest, expected in ((20.0, 5.5), (10.0, 10 / 3)):
+        federation = FederationConfig(server_optimizer="fedexp", server_learning_rate=largest)
+        strategy = RegionStrategy(
+            _net(0.0), federation, 3, lambda rnd: {}, _Recorder(), 0, max_steps=MAX_STEPS
+        )
+        replies = [(None, _fit_res(r, v)) for r, v in enumerate((3.0, -1.0, -1.0))]
+        strategy.aggregate_fit(1, replies, [])
+        np.testing.assert_allclose(strategy.weights[0], expected, rtol=1e-5)
+
+
 def test_without_a_server_step_the_aggregate_is_the_global_network() -> None:
     """'none', and 'fedavgm' at lr 1 with no momentum, are FedAvg."""
     aggregates = [[0.25, -3.0], [1.0, 4.0]]
@@ -96,7 +153,7 @@ def test_a_state_that_does_not_fit_the_network_is_refused() -> None:
 @pytest.mark.parametrize(
     "override, words",
     [
-        ("federation.server_optimizer=sgd", "'none', 'fedavgm' or 'fedadam'"),
+        ("federation.server_optimizer=sgd", "'none', 'fedavgm', 'fedadam' or 'fedexp'"),
         ("federation.server_learning_rate=0", "a number > 0"),
         ("federation.server_momentum=1", "[0, 1)"),
         ("federation.server_tau=-1", "a number > 0"),
@@ -106,3 +163,10 @@ def test_bad_server_settings_are_refused_by_name(override: str, words: str) -> N
     with pytest.raises(ConfigError) as caught:
         load_config(TINY, [override])
     assert override.split("=")[0] in str(caught.value) and words in str(caught.value)
+
+
+def test_fedexp_below_a_step_of_one_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"server_learning_rate = 0\.5 under server_optimizer"):
+        load_config(
+            TINY, ["federation.server_optimizer=fedexp", "federation.server_learning_rate=0.5"]
+        )

@@ -239,6 +239,12 @@ def _check_federation(cfg: DictConfig, source: str) -> None:
             "correction trusts every region's update and steers every array toward the "
             "federation's direction)"
         )
+    if federation.server_optimizer == "fedexp" and federation.server_learning_rate < 1:
+        raise ConfigError(
+            f"{source}: federation.server_learning_rate = {federation.server_learning_rate} "
+            "under server_optimizer 'fedexp'; expected a number >= 1 (the largest step it may "
+            "take; 1 is FedAvg)"
+        )
     # No claim: a rule without a breakdown point, or one this process has not registered
     # (its name is not checked either: `schema.choice_values`).
     claims = AGGREGATIONS.facts().get(federation.aggregation) is not None

@@ -343,7 +343,7 @@ class TrainConfig:
     """A region whose training workload changes at a round (`Drift`; round 0: none)."""
 
 
-SERVER_OPTIMIZERS = ("none", "fedavgm", "fedadam")
+SERVER_OPTIMIZERS = ("none", "fedavgm", "fedadam", "fedexp")
 """The server's steps `federation.server_optimizer` may name (`federation/server_optimizers.py`
 takes each)."""
 
@@ -426,13 +426,15 @@ class FederationConfig:
     is done. At least `min_regions` regions join in round 1."""
     server_optimizer: str = one_of(SERVER_OPTIMIZERS, "none")
     """The server's own step on the round's aggregate (`federation/server_optimizers.py`):
-    'none' (the global network is the aggregate), 'fedavgm' (server momentum) or 'fedadam'
-    (Reddi et al. 2021). The aggregate's change from the previous global network is a
-    pseudo-gradient: with n regions each taking a few steps of its own, their mean moves
-    the network about as far as one region would, and the server's step restores the
-    distance that n regions' experience is worth."""
+    'none' (the global network is the aggregate), 'fedavgm' (server momentum), 'fedadam'
+    (Reddi et al. 2021) or 'fedexp' (a step sized each round by how much the averaging
+    cancelled, Jhunjhunwala et al. 2023). The aggregate's change from the previous global
+    network is a pseudo-gradient: with n regions each taking a few steps of its own, their
+    mean moves the network about as far as one region would, and the server's step
+    restores the distance that n regions' experience is worth."""
     server_learning_rate: float = 1.0
-    """The server optimiser's step size (1 with momentum 0 under 'fedavgm' is FedAvg)."""
+    """The server optimiser's step size (1 with momentum 0 under 'fedavgm' is FedAvg);
+    under 'fedexp', the largest step it may take (at 1 it is FedAvg)."""
     server_momentum: float = 0.9
     """'fedavgm': the momentum of the server's step; 'fedadam': its first-moment decay."""
     server_beta2: float = 0.99

@@ -141,7 +141,9 @@ def federate(cfg: ExperimentConfig, region: int, size: int) -> list[tuple[int, l
             )
             updates.append(RegionUpdate(k, learner.get_update(), int(stats["env_steps"]), stats))
         combined = aggregate(updates, weights, cfg.federation, len(STATISTICS))
-        network, state = server_step(weights[:cut], combined[:cut], state, cfg.federation)
+        network, state = server_step(
+            weights[:cut], combined[:cut], state, cfg.federation, [u.weights[:cut] for u in updates]
+        )
         if scaffold:
             control = next_control(state.control, weights[:cut], updates, size)
             state = dataclasses.replace(state, control=control)

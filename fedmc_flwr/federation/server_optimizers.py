@@ -11,7 +11,14 @@ update `delta = mean - previous` as a gradient and takes its own step:
   `m = momentum * m + delta;  w = previous + lr * m`;
 - 'fedadam' (Reddi et al. 2021, Algorithm 2, without bias correction):
   `m = beta1 * m + (1 - beta1) * delta;  v = beta2 * v + (1 - beta2) * delta**2;
-  w = previous + lr * m / (sqrt(v) + tau)`.
+  w = previous + lr * m / (sqrt(v) + tau)`;
+- 'fedexp' (Jhunjhunwala et al. 2023, "FedExP"): no state; the step grows with how much
+  of the regions' work the averaging cancelled,
+  `eta = clip(mean_i |delta_i|**2 / (2 |delta|**2), 1, lr);  w = previous + eta * delta`,
+  where `delta_i` is region i's own update. Regions that agree give eta = 1 (FedAvg; one
+  region always does); n updates in unrelated directions give about n / 2. `lr` caps it,
+  because a region's norm enters the step: the cap bounds what an outsized update the
+  screening let through (`acceptance`) can do to it.
 
 With 'none' (or 'fedavgm' at lr 1 and momentum 0) the global network is the aggregate
 itself. Only the network's arrays take the step; the running moments that follow them are
@@ -28,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedmc_flwr.config import SERVER_OPTIMIZERS, FederationConfig
+from fedmc_flwr.federation.drift import flat
 
 _FIRST, _SECOND, _CONTROL = "server_m", "server_v", "server_c"
 """Keys of the state in a round checkpoint (`arrays` / `from_arrays`), beside the weights'
@@ -74,9 +82,11 @@ def server_step(
     aggregate: Sequence[np.ndarray],
     state: ServerState,
     federation: FederationConfig,
+    regions: Sequence[Sequence[np.ndarray]] = (),
 ) -> tuple[list[np.ndarray], ServerState]:
     """The next global network from the previous one and this round's aggregate of the
-    regions' networks, with the optimiser's next state (the module docstring's maths)."""
+    regions' networks (`regions`, the same arrays; only 'fedexp' reads them), with the
+    optimiser's next state (the module docstring's maths)."""
     kind = federation.server_optimizer
     if kind == "none":
         return [np.asarray(a) for a in aggregate], state
@@ -97,6 +107,9 @@ def server_step(
         second = [beta2 * v + (1 - beta2) * d * d for v, d in zip(second, delta, strict=True)]
         tau = federation.server_tau
         moves = [lr * m / (np.sqrt(v) + tau) for m, v in zip(first, second, strict=True)]
+    elif kind == "fedexp":
+        eta = extrapolation(previous, aggregate, regions, lr)
+        moves, first, second = [eta * d for d in delta], None, None
     else:
         raise ValueError(f"server optimiser {kind!r}: expected one of {SERVER_OPTIMIZERS}")
     network = [
@@ -104,3 +117,22 @@ def server_step(
         for b, move, p in zip(base, moves, previous, strict=True)
     ]
     return network, ServerState(first, second, state.control)
+
+
+def extrapolation(
+    previous: Sequence[np.ndarray],
+    aggregate: Sequence[np.ndarray],
+    regions: Sequence[Sequence[np.ndarray]],
+    largest: float,
+) -> float:
+    """FedExP's server step (module docstring): 1 where the regions' updates agree, up to
+    `largest` where their mean cancels most of them. A round whose aggregate does not move
+    has nothing to extrapolate (1)."""
+    if not regions:
+        raise ValueError("'fedexp' needs the regions' networks to size its step")
+    base = flat(previous)
+    moved = float(np.sum((flat(aggregate) - base) ** 2))
+    if moved == 0.0:
+        return 1.0
+    own = float(np.mean([np.sum((flat(r) - base) ** 2) for r in regions]))
+    return float(np.clip(own / (2.0 * moved), 1.0, largest))

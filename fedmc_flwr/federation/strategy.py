@@ -375,7 +375,11 @@ class RegionStrategy(Strategy):
         cut = len(combined) - self.statistics * MOMENT_ARRAYS
         drift = update_drift(self.weights[:cut], [u.weights[:cut] for u in kept])
         network, self.server_state = server_step(
-            self.weights[:cut], combined[:cut], self.server_state, self.federation
+            self.weights[:cut],
+            combined[:cut],
+            self.server_state,
+            self.federation,
+            [u.weights[:cut] for u in kept],
         )
         if self.federation.drift_correction != "none":
             control = next_control(

@@ -28,9 +28,9 @@ UPDATES = "updates."
 
 def policy_name(federation: FederationConfig) -> str:
     """The learner's name in metrics.csv, from what its federation does: `ppo-fedavg`,
-    `ppo-shrink` (server shrink), `ppo-fedavgm` or `ppo-fedadam` (the server optimiser),
-    `ppo-fedprox` (client proximal term), `ppo-scaffold` (drift correction), or several,
-    then what each region keeps for itself:
+    `ppo-shrink` (server shrink), `ppo-fedavgm`, `ppo-fedadam` or `ppo-fedexp` (the server
+    optimiser), `ppo-fedprox` (client proximal term), `ppo-scaffold` (drift correction), or
+    several, then what each region keeps for itself:
     `-own-stats` (its statistics), `-own-critic` (its critic), `-fine-tuned` (judged with
     its own network)."""
     client = ["fedprox"] if federation.proximal_mu > 0 else []
