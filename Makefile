@@ -99,10 +99,11 @@ results: setup
 
 # The speed-up of federation: 1, 2, 4 and 8 identical regions, the steps per region until
 # the federated policy beats SED (fedmc speedup; finished cells are kept), under FedAvg
-# and with the server's own step.
+# and with the server's own step, fixed and FedExP's.
 speedup: setup
 	$(BIN)/fedmc speedup --config conf/speedup.yaml
 	$(BIN)/fedmc speedup --config conf/speedup_server_step.yaml
+	$(BIN)/fedmc speedup --config conf/speedup_fedexp.yaml
 
 # The exact optimum of small queueing systems against SED, JSQ and the default learner
 # (bench/bench_optimum.py; about an hour on a quiet 2-core machine). A part already

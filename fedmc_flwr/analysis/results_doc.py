@@ -57,8 +57,13 @@ from fedmc_flwr.sweeps import load_sweep
 SWEEPS_DIR = Path("conf/sweeps")
 TRANSFERS_DIR = Path("results/transfers")
 OPTIMUM_DIR = Path("results/optimum")
-SPEEDUPS = (Path("conf/speedup.yaml"), Path("conf/speedup_server_step.yaml"))
-"""The speed-up files whose results the page shows: FedAvg, then the server's own step."""
+SPEEDUPS = (
+    Path("conf/speedup.yaml"),
+    Path("conf/speedup_server_step.yaml"),
+    Path("conf/speedup_fedexp.yaml"),
+)
+"""The speed-up files whose results the page shows: FedAvg, then the server's own step, fixed
+and FedExP's."""
 OPTIMUM_PARTS = (
     ("table", "The optimum against SED, JSQ and random, solved exactly"),
     ("learner", "The default learner against the optimum, in the world made that system"),
