@@ -104,6 +104,7 @@ speedup: setup
 	$(BIN)/fedmc speedup --config conf/speedup.yaml
 	$(BIN)/fedmc speedup --config conf/speedup_server_step.yaml
 	$(BIN)/fedmc speedup --config conf/speedup_fedexp.yaml
+	$(BIN)/fedmc speedup --config conf/speedup_one_update_fedexp.yaml
 
 # The exact optimum of small queueing systems against SED, JSQ and the default learner
 # (bench/bench_optimum.py; about an hour on a quiet 2-core machine). A part already

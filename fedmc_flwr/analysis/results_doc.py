@@ -61,9 +61,10 @@ SPEEDUPS = (
     Path("conf/speedup.yaml"),
     Path("conf/speedup_server_step.yaml"),
     Path("conf/speedup_fedexp.yaml"),
+    Path("conf/speedup_one_update_fedexp.yaml"),
 )
 """The speed-up files whose results the page shows: FedAvg, then the server's own step, fixed
-and FedExP's."""
+and FedExP's (after every fourth update of a region, then after every one)."""
 OPTIMUM_PARTS = (
     ("table", "The optimum against SED, JSQ and random, solved exactly"),
     ("learner", "The default learner against the optimum, in the world made that system"),
