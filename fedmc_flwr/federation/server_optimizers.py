@@ -18,7 +18,7 @@ update `delta = mean - previous` as a gradient and takes its own step:
   where `delta_i` is region i's own update. Regions that agree give eta = 1 (FedAvg; one
   region always does); n updates in unrelated directions give about n / 2. `lr` caps it,
   because a region's norm enters the step: the cap bounds what an outsized update the
-  screening let through (`acceptance`) can do to it.
+  screening let through (`aggregation.screen`) can do to it.
 
 With 'none' (or 'fedavgm' at lr 1 and momentum 0) the global network is the aggregate
 itself. Only the network's arrays take the step; the running moments that follow them are

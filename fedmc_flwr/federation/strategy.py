@@ -373,13 +373,10 @@ class RegionStrategy(Strategy):
         self._require(rnd, "training", len(kept), failed)
         combined = aggregate(kept, self.weights, self.federation, self.statistics)
         cut = len(combined) - self.statistics * MOMENT_ARRAYS
-        drift = update_drift(self.weights[:cut], [u.weights[:cut] for u in kept])
+        networks = [u.weights[:cut] for u in kept]
+        drift = update_drift(self.weights[:cut], networks)
         network, self.server_state = server_step(
-            self.weights[:cut],
-            combined[:cut],
-            self.server_state,
-            self.federation,
-            [u.weights[:cut] for u in kept],
+            self.weights[:cut], combined[:cut], self.server_state, self.federation, networks
         )
         if self.federation.drift_correction != "none":
             control = next_control(
