@@ -79,8 +79,8 @@ SWEEPS ?= two_tier_tuning learner_tuning default plateau trace_dc node_scorer la
 	personal_balanced personal_busy_region personal_skewed_prices_carbon personal_outages \
 	rare_events rare_events_at1 rare_events_at2 rare_slowdowns rare_slowdowns_at1 rare_slowdowns_at2 \
 	rare_slowdowns_at1_rollout32 rare_slowdowns_tries drift_region many_small_regions \
-	many_small_regions_tries federating_diagnosis federating_tries drift_correction \
-	drift_correction_busy_region
+	many_small_regions_tries many_small_regions_steps federating_diagnosis federating_tries \
+	drift_correction drift_correction_busy_region default_fedexp rare_slowdowns_fedexp
 TRANSFERS ?= 10x20 20x50
 SEEDS ?= 0 1 2 3 4
 # Two cells at once fill a 2-core machine (a federated cell leaves one core idle half of

@@ -118,7 +118,10 @@ and `rare_slowdowns_tries` (its section below) tries the server's own step, more
 and SCAFFOLD's drift correction on its validation worlds (`drift_correction` and
 `drift_correction_busy_region` try SCAFFOLD on ten small regions and beside a busy
 region; `many_small_regions_tries` tries fine-tuning and shorter rollouts there against
-the regions' own learners). A drifting region (`train.drift`: `drift_region`,
+the regions' own learners, `many_small_regions_steps` the server's step, fixed and
+FedExP's, and more rounds against centralised PPO; `default_fedexp` and
+`rare_slowdowns_fedexp` try FedExP's step where regions differ and where one region meets
+rare slowdowns). A drifting region (`train.drift`: `drift_region`,
 whose load rises in round 4) is judged on its own worlds, against centralised PPO too (it
 lives through the drift as well), with the difference at the round of the change in the
 "at first evaluation" column and the rounds each learner needs from the change until it
