@@ -121,12 +121,13 @@ region; `many_small_regions_tries` tries fine-tuning and shorter rollouts there 
 the regions' own learners, `many_small_regions_steps` the server's step, fixed and
 FedExP's, and more rounds against centralised PPO; `default_fedexp` and
 `rare_slowdowns_fedexp` try FedExP's step where regions differ and where one region meets
-rare slowdowns). A drifting region (`train.drift`: `drift_region`,
-whose load rises in round 4) is judged on its own worlds, against centralised PPO too (it
-lives through the drift as well), with the difference at the round of the change in the
-"at first evaluation" column and the rounds each learner needs from the change until it
-beats SED again. "pays": the 95% interval is above 0; "costs": below; otherwise the
-sweeps cannot tell the two apart.
+rare slowdowns; `rare_slowdowns_transfer` tries advantage scaling, the gradient clip,
+more updates per round and FedAdam there against centralised PPO). A drifting region
+(`train.drift`: `drift_region`, whose load rises in round 4) is judged on its own worlds,
+against centralised PPO too (it lives through the drift as well), with the difference at
+the round of the change in the "at first evaluation" column and the rounds each learner
+needs from the change until it beats SED again. "pays": the 95% interval is above 0;
+"costs": below; otherwise the sweeps cannot tell the two apart.
 """
 COSTS_INTRO = """## What federating costs
 
