@@ -107,14 +107,15 @@ speedup: setup
 	$(BIN)/fedmc speedup --config conf/speedup_fedexp.yaml
 	$(BIN)/fedmc speedup --config conf/speedup_one_update_fedexp.yaml
 
-# The exact optimum of small queueing systems against SED, JSQ and the default learner
-# (bench/bench_optimum.py; about an hour on a quiet 2-core machine). A part already
-# measured is kept: remove its folder under results/optimum/ to measure it again.
+# The exact optimum of small queueing systems against SED, JSQ and the CLI's learner
+# (bench/bench_optimum.py; the table about an hour on a quiet 2-core machine, the learner
+# about two minutes a case and seed, JOBS at once). A part already measured is kept:
+# remove its folder under results/optimum/ to measure it again.
 PART ?= table learner
 optimum: setup
 	for p in $(PART); do \
 	  test -f results/optimum/$$p/summary.md || \
-	    $(BIN)/python bench/bench_optimum.py --part $$p || exit 1; \
+	    $(BIN)/python bench/bench_optimum.py --part $$p --jobs $(JOBS) || exit 1; \
 	done
 
 # The attack table of docs/security.md: every attack against every robust rule, 5 and 10

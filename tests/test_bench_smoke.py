@@ -70,8 +70,8 @@ QUICK = [
     Smoke(
         "bench_optimum.py",
         "--servers 2 --ratios 2 --loads 0.5 --cases '2x one fast 2:1 @ 0.5' "
-        "--test-worlds 2 --test-jobs 100 --validation-worlds 2 --validation-jobs 100 "
-        "--set train.rounds=1 --set train.steps_per_round=64 --set ppo.imitation_steps=32 "
+        "--test-worlds 2 --test-jobs 100 --seeds 0 "
+        "--set train.rounds=1 --set train.steps_per_round=64 "
         "--set ppo.num_envs=4 --set ppo.rollout_steps=16 --out {tmp}",
         "| servers",
     ),

@@ -67,7 +67,7 @@ SPEEDUPS = (
 and FedExP's (after every fourth update of a region, then after every one)."""
 OPTIMUM_PARTS = (
     ("table", "The optimum against SED, JSQ and random, solved exactly"),
-    ("learner", "The default learner against the optimum, in the world made that system"),
+    ("learner", "The CLI's learner against the optimum, in the world made that system"),
 )
 """`bench/bench_optimum.py`'s parts: (folder under OPTIMUM_DIR, heading)."""
 HEADLINE = "default"
