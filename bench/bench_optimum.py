@@ -93,6 +93,8 @@ TARGET_GAP = 0.02
 RULE_NAMES = ("sed", "jsq")
 SED_SLOWER = "sed-slower-ties"
 """SED with ties sent to the slower server, run in the world as a policy array."""
+BEHIND_SED = ("minus_sed_low", "minus_sed_slower_ties_low")
+"""A seed's lower 95% bounds of learner - SED under each tie rule: above 0, it is behind."""
 
 
 @dataclass(frozen=True)
@@ -340,11 +342,12 @@ def train_seed(case: Case, seed: int, args: argparse.Namespace) -> tuple[np.ndar
 def meets_target(seeds: list[dict]) -> bool:
     """The learner's target on one case: its worst seed within `TARGET_GAP` of the optimum
     (a mean over seeds would hide a seed that fails) and no seed behind SED under either
-    tie rule. Not behind rather than ahead: where SED with ties to the slower server is
-    the optimum (two servers at 2:1, load 0.5), nothing can beat it."""
+    tie rule, paired over the test worlds (the 95% interval above 0). Not behind rather
+    than ahead: where SED with ties to the slower server is the optimum (two servers at
+    2:1, load 0.5), nothing can beat it."""
     worst = max(row["gap_to_optimal"] for row in seeds)
-    level = all(row["minus_sed"] <= 0 and row["minus_sed_slower_ties"] <= 0 for row in seeds)
-    return bool(worst <= TARGET_GAP and level)
+    behind = any(row[key] > 0 for row in seeds for key in BEHIND_SED)
+    return bool(worst <= TARGET_GAP and not behind)
 
 
 def judge_learner(case: Case, args: argparse.Namespace, trained: list[tuple]) -> tuple[list, dict]:
@@ -370,7 +373,9 @@ def judge_learner(case: Case, args: argparse.Namespace, trained: list[tuple]) ->
                 "gap_to_optimal": round(paired["optimal"].mean / exact["optimal"], 5),
                 "gap_to_optimal_ci95": round(paired["optimal"].half_width / exact["optimal"], 5),
                 "minus_sed": round(paired["sed"].mean, 4),
+                "minus_sed_low": round(paired["sed"].low, 4),
                 "minus_sed_slower_ties": round(paired[SED_SLOWER].mean, 4),
+                "minus_sed_slower_ties_low": round(paired[SED_SLOWER].low, 4),
                 "minus_jsq": round(paired["jsq"].mean, 4),
                 "train_s": round(seconds, 1),
             }
@@ -435,7 +440,7 @@ def learner_markdown(rows: list[dict]) -> str:
         "way (the worst seed: the largest). SED shares a tie between servers equally; with "
         "ties to the slower server it is a stronger rule (`sim/optimum.sed_slower_ties`). "
         f"The target: the worst seed within {100 * TARGET_GAP:.0f}% of the optimum and no "
-        "seed behind SED under either tie rule."
+        "seed behind SED under either tie rule (behind: the paired 95% interval above 0)."
     )
     return "\n".join(lines) + "\n\n" + notes
 
