@@ -25,7 +25,8 @@ How (each step from the queueing literature):
 - A fixed dispatch rule (`RULES`: SED, JSQ, uniform random; or any policy array, the
   optimal one included) is evaluated by the same iteration with its own choice in place
   of the `min`, on the same truncated chain, so every rule is compared on one footing.
-  Ties are shared uniformly, as the dispatchers in `policies/heuristics.py` break them.
+  Ties are shared uniformly, as the dispatchers in `policies/heuristics.py` break them;
+  `sed_slower_ties` is SED that sends them to the slower server instead, a stronger rule.
 
 What it is checked against (`tests/test_optimum.py`): one server is M/M/1; random dispatch
 splits the arrivals into independent M/M/1 queues; with equal speeds the optimum is JSQ
