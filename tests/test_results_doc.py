@@ -97,7 +97,7 @@ def test_the_optimum_section_holds_each_measured_part_and_names_the_missing(
     record_provenance(optimum / "table", "python bench/bench_optimum.py --part table")
     out = write_results(["default"], tmp_path / "r.md", sweeps, federating=[], optimum_dir=optimum)
     text = out.read_text().split("## The optimum where one exists")[1]
-    table, learner = text.split("### The default learner")
+    table, learner = text.split("### The CLI's learner")
     assert (
         "| 2 | 1.1 |" in table and "`python bench/bench_optimum.py --part table` at commit" in table
     )
