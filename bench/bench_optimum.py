@@ -356,9 +356,9 @@ def judge_learner(case: Case, args: argparse.Namespace, trained: list[tuple]) ->
     system = case.system()
     best = optimal(system)
     tables = {"optimal": best.policy, SED_SLOWER: sed_slower_ties(system)}
-    exact = {name: solve(system, table).mean_response for name, table in tables.items()}
-    exact |= {r: solve(system, r).mean_response for r in RULE_NAMES}
-    exact["optimal"] = best.mean_response
+    rules = {SED_SLOWER: tables[SED_SLOWER], **{r: r for r in RULE_NAMES}}
+    exact = {"optimal": best.mean_response}
+    exact |= {name: solve(system, rule).mean_response for name, rule in rules.items()}
     exact = {k: case.in_fastest(v) for k, v in exact.items()}
     test = world_config(case, "test", args.test_worlds, args.test_jobs)
     checks = check_world(case, test, tables, exact)
