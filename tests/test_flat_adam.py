@@ -109,3 +109,36 @@ def test_a_training_round_in_a_fresh_process_never_imports_torch_dynamo() -> Non
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False"]
+
+
+@pytest.mark.parametrize("max_norm", [0.5, 1e6])
+def test_clipping_and_backward_into_the_flat_gradient_match_torch(max_norm: float) -> None:
+    """Backward adds into the views `zero_grad` hands out, and `clip_grad_norm_` scales
+    the buffer once: the clipped gradients and the step after them are torch's bit for
+    bit (clipped, and unclipped where the coefficient clamps to 1)."""
+    reference, flat = _network("two-tier"), _network("two-tier")
+    adam = torch.optim.Adam(reference.parameters(), lr=1e-2, eps=1e-5, foreach=False)
+    optimizer = FlatAdam(list(flat.parameters()), lr=1e-2, eps=1e-5)
+    generator = torch.Generator().manual_seed(5)
+    for _ in range(3):
+        summaries = torch.randn(32, 5, 15, generator=generator)
+        rows = torch.randn(32, 5, 13, generator=generator)
+        batch = {
+            "summaries": summaries,
+            "valid": torch.ones(32, 5, dtype=torch.bool),
+            "rows": rows,
+            "node_mask": torch.rand(32, 5, generator=generator) > 0.2,
+        }
+        actions = torch.randint(0, 25, (32,), generator=generator)
+        adam.zero_grad(set_to_none=False)
+        optimizer.zero_grad()
+        for network in (reference, flat):
+            logp, entropy, values = network.evaluate(batch, actions)
+            (logp.mean() + 0.01 * entropy.mean() + values.pow(2).mean()).backward()
+        torch.nn.utils.clip_grad_norm_(reference.parameters(), max_norm, foreach=False)
+        optimizer.clip_grad_norm_(max_norm)
+        for p, q in zip(reference.parameters(), flat.parameters(), strict=True):
+            assert torch.equal(p.grad, q.grad)
+        adam.step()
+        optimizer.step()
+    assert torch.equal(_flat_values(reference), _flat_values(flat))

@@ -4,8 +4,9 @@ torch's Adam on CPU updates one tensor at a time: about ten small ops per tensor
 network of a dozen small tensors (35 k numbers) a step costs far more in dispatch than in
 arithmetic. Adam's update is elementwise (each number reads only its own gradient and
 moments), so running it once over a flat buffer that all the parameters view gives the
-same numbers bit for bit, at the cost of one tensor's ops. The gradients are gathered into
-the buffer's gradient after they are clipped, which the learner does per tensor as before.
+same numbers bit for bit, at the cost of one tensor's ops. The gradients live in one flat
+buffer too: `zero_grad` hands every parameter a view of it, backward adds into those views,
+so the step reads the buffer as it is, and `clip_grad_norm_` scales it with one multiply.
 
 The step is torch's own single-tensor Adam (`torch.optim.adam._single_tensor_adam`, no
 weight decay, no amsgrad), op for op, so the numbers are torch's bit for bit
@@ -42,12 +43,15 @@ class FlatAdam:
         self._flat = nn.Parameter(torch.cat([p.detach().reshape(-1) for p in self._params]))
         self._flat.grad = torch.zeros_like(self._flat)
         self._spans: list[tuple[int, int]] = []
+        self._grads: list[torch.Tensor] = []
+        """Each parameter's view of the flat gradient, which `zero_grad` hands it."""
         offset = 0
         for p in self._params:
             self._spans.append((offset, offset + p.numel()))
             # Writes to the parameter (set_weights, load) now land in the buffer, and Adam's
             # writes to the buffer in the parameter.
             p.data = self._flat.data[offset : offset + p.numel()].view_as(p)
+            self._grads.append(self._flat.grad[offset : offset + p.numel()].view_as(p))
             offset += p.numel()
         self._moments: dict[str, torch.Tensor] = {}
         """`MOMENT_KEYS`, over the flat buffer; empty until the first step, as torch's."""
@@ -58,18 +62,40 @@ class FlatAdam:
         return int(self._moments["step"]) if self._moments else 0
 
     def zero_grad(self) -> None:
-        """Zero the parameters' own gradients in place (backward adds to them)."""
-        for p in self._params:
-            if p.grad is not None:
-                p.grad.zero_()
+        """Zero the flat gradient and make each parameter's gradient its view of it:
+        backward adds into the views (as into any zeroed gradient: the same numbers), so
+        the gradients are in the buffer with no copy."""
+        self._flat.grad.zero_()
+        for p, grad in zip(self._params, self._grads, strict=True):
+            if p.grad is not grad:
+                p.grad = grad
+
+    def _gather(self) -> None:
+        """Copy into the flat gradient each parameter's gradient that is not its view
+        there (one set by hand, or left by a `zero_grad` of the network's own)."""
+        for p, grad in zip(self._params, self._grads, strict=True):
+            if p.grad is not grad:
+                grad.copy_(p.grad)
+
+    def clip_grad_norm_(self, max_norm: float) -> None:
+        """`torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=False)` on the flat
+        gradient, with its numbers bit for bit: each parameter's norm, the norm of those,
+        and the same clamped coefficient, which scales every gradient by one multiply of
+        the buffer rather than one per parameter."""
+        self._gather()
+        with torch.no_grad():
+            norms = [torch.linalg.vector_norm(grad, 2.0) for grad in self._grads]
+            total_norm = torch.linalg.vector_norm(torch.stack(norms), 2.0)
+            clip_coef = float(max_norm) / (total_norm + 1e-6)
+            self._flat.grad.mul_(torch.clamp(clip_coef, max=1.0))
 
     def step(self, correction: torch.Tensor | None = None) -> None:
         """One Adam step from the parameters' current gradients; `correction` (over the
         flat buffer, in the units of Adam's step direction) is added to the direction, so
         the parameters move by `-lr * (adam direction + correction)`: SCAFFOLD's
         correction of a local step (`federation/control_variates.py`)."""
+        self._gather()
         grad = self._flat.grad
-        torch.cat([p.grad.reshape(-1) for p in self._params], out=grad)
         if not self._moments:
             self._moments = {
                 "step": torch.tensor(0.0, dtype=torch.float32),

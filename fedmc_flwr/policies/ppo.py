@@ -29,7 +29,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch import nn
 
 from fedmc_flwr.config import LearnerPlan, PPOConfig
 from fedmc_flwr.policies import privileged
@@ -535,7 +534,7 @@ class PPOLearner:
                     loss = loss + proximal_term(self.params, anchor, proximal_mu)
                 self.optimizer.zero_grad()
                 loss.backward()
-                nn.utils.clip_grad_norm_(self.params, self.ppo.max_grad_norm, foreach=False)
+                self.optimizer.clip_grad_norm_(self.ppo.max_grad_norm)
                 self.optimizer.step(correction)
                 for name in LOSS_METRICS:
                     sums[name] += stats[name]
