@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedmc_flwr.policies.moments import Moments, pool
+from fedmc_flwr.policies.moments import Moments, column_moments, pool
+from fedmc_flwr.policies.normalisers import ObservationNorm
+from fedmc_flwr.sim.layout import NODE_WIDTH
 
 
 def _regions(rng: np.random.Generator) -> list[np.ndarray]:
@@ -47,3 +49,19 @@ def test_arrays_round_trip() -> None:
     assert back.count == moments.count
     np.testing.assert_array_equal(back.mean, moments.mean)
     np.testing.assert_array_equal(back.var, moments.var)
+
+
+def test_observation_moments_are_those_of_the_node_rows_and_the_global_columns() -> None:
+    """An observation batch's moments, read in place, are exactly those of its node rows
+    stacked into one `[B * nodes, NODE_WIDTH]` batch beside those of its global columns."""
+    nodes, batch = 7, 33
+    obs = np.random.default_rng(3).gamma(2.0, 3.0, (batch, nodes * NODE_WIDTH + 2))
+    obs = obs.astype(np.float32)
+    norm = ObservationNorm()
+    norm.update(obs)
+    rows = obs[:, : nodes * NODE_WIDTH].reshape(-1, NODE_WIDTH).astype(np.float64)
+    node_mean, node_var = column_moments(rows)
+    shared_mean, shared_var = column_moments(obs[:, nodes * NODE_WIDTH :].astype(np.float64))
+    assert norm.total.count == batch * nodes
+    np.testing.assert_array_equal(norm.total.mean, np.concatenate([node_mean, shared_mean]))
+    np.testing.assert_array_equal(norm.total.var, np.concatenate([node_var, shared_var]))

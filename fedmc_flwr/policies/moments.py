@@ -67,35 +67,26 @@ class Moments:
         return cls(float(count.reshape(-1)[0]), mean.copy(), var.copy())
 
 
+@njit(cache=True)
 def column_moments(batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Mean and population variance of each column of a `[n, dim]` batch, in float64, in
     two passes (the mean, then the squared deviations from it). Compiled: a learner
-    takes the moments of every step's observations, where numpy's calls would cost more
-    than the arithmetic. Any float dtype and strides: float32 columns are summed in
-    float64 as they are read, exactly as a float64 copy of them would be."""
-    return stacked_moments(batch[np.newaxis])
-
-
-@njit(cache=True)
-def stacked_moments(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """`column_moments` of the `[g * n, dim]` rows that `[g, n, dim]` blocks stack to,
-    read in place: a batch's node rows are `[B, nodes, features]` slices of its
-    observations, which no `[B * nodes, features]` view can express without a copy (on
-    a 10,000-node estate, a copy of every observation each step)."""
-    groups, n, dim = blocks.shape
+    takes the moments of every step's returns, where numpy's calls would cost more
+    than the arithmetic (its observations' moments are `normalisers.py`'s kernel, the
+    same sums). Any float dtype and strides: float32 columns are summed in float64 as
+    they are read, exactly as a float64 copy of them would be."""
+    n, dim = batch.shape
     mean = np.zeros(dim)
     var = np.zeros(dim)
-    for g in range(groups):
-        for i in range(n):
-            for d in range(dim):
-                mean[d] += blocks[g, i, d]
-    mean /= groups * n
-    for g in range(groups):
-        for i in range(n):
-            for d in range(dim):
-                deviation = blocks[g, i, d] - mean[d]
-                var[d] += deviation * deviation
-    var /= groups * n
+    for i in range(n):
+        for d in range(dim):
+            mean[d] += batch[i, d]
+    mean /= n
+    for i in range(n):
+        for d in range(dim):
+            deviation = batch[i, d] - mean[d]
+            var[d] += deviation * deviation
+    var /= n
     return mean, var
 
 

@@ -10,9 +10,13 @@ per index, is standardised over the estate rather than divided by a variance of 
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
-from fedmc_flwr.policies.moments import Moments, column_moments, stacked_moments
+from fedmc_flwr.policies.moments import Moments
+from fedmc_flwr.sim import compile_cache
 from fedmc_flwr.sim.layout import GLOBAL_FEATURES, NODE_FEATURES, NODE_WIDTH, ObsLayout
+
+compile_cache.install()  # before the first @njit: numba picks the cache locator then
 
 OBS_CLIP = 10.0
 """Normalised observations are clipped to +-OBS_CLIP (a node coming back from an outage
@@ -77,15 +81,9 @@ class ObservationNorm(RunningNorm):
         super().__init__(len(FEATURES))
 
     def update(self, batch: np.ndarray) -> None:
-        layout = ObsLayout.of_width(batch.shape[-1])
-        nodes = layout.nodes(batch)
-        node_mean, node_var = stacked_moments(nodes)
-        # The global features' moments over the batch's rows are those of each node's
-        # copy of them: repeating a row n times changes neither its mean nor its variance.
-        shared_mean, shared_var = column_moments(batch[:, layout.globals_span])
-        mean = np.concatenate([node_mean, shared_mean])
-        rows = float(nodes.shape[0] * nodes.shape[1])
-        self.add(Moments(rows, mean, np.concatenate([node_var, shared_var])))
+        num_nodes = ObsLayout.of_width(batch.shape[-1]).num_nodes
+        mean, var = _observation_moments(batch, num_nodes)
+        self.add(Moments(float(batch.shape[0] * num_nodes), mean, var))
 
     def feature_affine(self) -> Affine:
         """`(shift, scale)` per feature (`FEATURES` order, float64): the standardised
@@ -103,6 +101,50 @@ class ObservationNorm(RunningNorm):
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         """(obs - mean) / std on the standardised features, clipped; the rest unchanged."""
         return standardise(obs, self.feature_affine())
+
+
+@njit(cache=True)
+def _observation_moments(batch: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-feature mean and variance of a `[B, width]` batch of observations (`FEATURES`
+    order, float64): the node features over every node row, the global features over
+    the batch's rows (their moments over each node's copy of them are the same:
+    repeating a row n times changes neither its mean nor its variance).
+
+    One compiled call a step, reading the observations in place (on a 10,000-node
+    estate no copy of the node rows): the sums of `moments.column_moments` of the node
+    rows stacked and of the global columns, in its order (two passes, sequential over
+    the rows), so the same numbers, at half the cost of taking the two views' moments
+    apart and joining them."""
+    rows, width = batch.shape
+    nodes = rows * num_nodes
+    flat = num_nodes * NODE_WIDTH
+    mean = np.zeros(width - flat + NODE_WIDTH)
+    var = np.zeros(width - flat + NODE_WIDTH)
+    for b in range(rows):
+        for i in range(num_nodes):
+            for f in range(NODE_WIDTH):
+                mean[f] += batch[b, i * NODE_WIDTH + f]
+    for f in range(NODE_WIDTH):
+        mean[f] /= nodes
+    for b in range(rows):
+        for i in range(num_nodes):
+            for f in range(NODE_WIDTH):
+                deviation = batch[b, i * NODE_WIDTH + f] - mean[f]
+                var[f] += deviation * deviation
+    for f in range(NODE_WIDTH):
+        var[f] /= nodes
+    for b in range(rows):
+        for g in range(width - flat):
+            mean[NODE_WIDTH + g] += batch[b, flat + g]
+    for g in range(width - flat):
+        mean[NODE_WIDTH + g] /= rows
+    for b in range(rows):
+        for g in range(width - flat):
+            deviation = batch[b, flat + g] - mean[NODE_WIDTH + g]
+            var[NODE_WIDTH + g] += deviation * deviation
+    for g in range(width - flat):
+        var[NODE_WIDTH + g] /= rows
+    return mean, var
 
 
 def per_column(affine: Affine, num_nodes: int) -> Affine:

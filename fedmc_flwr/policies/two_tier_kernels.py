@@ -274,5 +274,4 @@ def warm_cache() -> None:
     decide(obs, mask, shift, scale, nodes, *weights, noise, False, False, privileged, *outputs)
     values(obs, mask, shift, scale, nodes, params, layers, privileged, summaries, valid)
     Moments.of(np.zeros((2, 1))).merge(Moments.of(np.ones((2, 1))))
-    # its moments read a batch's rows in place, strided (one row alone would be contiguous)
     ObservationNorm().update(np.zeros((2, obs.shape[1]), dtype=np.float32))
