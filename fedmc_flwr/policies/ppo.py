@@ -113,19 +113,16 @@ def ppo_loss(
     adv = batch["advantages"]
     if ppo.norm_adv and adv.numel() > 1:
         adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-    pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - ppo.clip_coef, 1 + ppo.clip_coef))
+    gain = -adv
+    pg_loss = torch.max(gain * ratio, gain * ratio.clamp(1 - ppo.clip_coef, 1 + ppo.clip_coef))
     pg_loss = pg_loss.mean()
     v_loss = 0.5 * (values - batch["returns"]).pow(2).mean()
     loss = pg_loss - ppo.ent_coef * entropy + ppo.vf_coef * v_loss
     with torch.no_grad():
-        stats = {
-            "policy_loss": float(pg_loss),
-            "value_loss": float(v_loss),
-            "entropy": float(entropy),
-            "approx_kl": float(((ratio - 1) - logratio).mean()),
-            "clipfrac": float(((ratio - 1.0).abs() > ppo.clip_coef).float().mean()),
-        }
-    return loss, stats
+        approx_kl = ((ratio - 1) - logratio).mean()
+        clipfrac = ((ratio - 1.0).abs() > ppo.clip_coef).float().mean()
+        figures = torch.stack([pg_loss, v_loss, entropy, approx_kl, clipfrac]).tolist()
+    return loss, dict(zip(LOSS_METRICS, figures, strict=True))
 
 
 LossFunction = Callable[
@@ -517,15 +514,17 @@ class PPOLearner:
         from it (views, no copy): the same minibatches as gathering each one by its
         indices, with one gather per array and epoch instead of one per minibatch. Every
         epoch gathers into the same arrays: fresh ones (6.5 MB of observations on
-        small_demo) would be new pages to fault in each time."""
+        small_demo) would be new pages to fault in each time. The rollout's values are
+        not gathered: no loss reads them (its returns and advantages hold them)."""
         size = rollout["actions"].shape[0]
         minibatch = max(1, size // self.ppo.num_minibatches)
         sums = {name: 0.0 for name in LOSS_METRICS}
         count = 0
-        shuffled = {key: torch.empty_like(value) for key, value in rollout.items()}
+        columns = {key: value for key, value in rollout.items() if key != "values"}
+        shuffled = {key: torch.empty_like(value) for key, value in columns.items()}
         for _ in range(self.ppo.update_epochs):
             order = torch.randperm(size, generator=self.generator)
-            for key, value in rollout.items():
+            for key, value in columns.items():
                 torch.index_select(value, 0, order, out=shuffled[key])
             for lo in range(0, size - minibatch + 1, minibatch):
                 batch = {key: value[lo : lo + minibatch] for key, value in shuffled.items()}
