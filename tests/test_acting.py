@@ -149,12 +149,22 @@ def test_observation_moments_count_each_nodes_row_with_the_globals_beside_it() -
     np.testing.assert_allclose(norm.total.var, expected.var, rtol=1e-10)
 
 
+def test_a_rollouts_uniforms_are_its_steps_draws_in_turn() -> None:
+    """The learner draws a rollout's uniforms at once: the numbers a draw a step would
+    give, and the generator left where those draws would leave it."""
+    steps, each = torch.Generator().manual_seed(11), torch.Generator().manual_seed(11)
+    rollout = uniforms((37, 64, 9), steps)
+    per_step = np.stack([uniforms((64, 9), each) for _ in range(37)])
+    np.testing.assert_array_equal(rollout, per_step)
+    assert torch.equal(steps.get_state(), each.get_state())
+
+
 CACHE_PROBE = """
 import json
 import numpy as np
 import torch
 from numba.core.registry import CPUDispatcher
-from fedmc_flwr.policies import moments, two_tier_kernels
+from fedmc_flwr.policies import moments, normalisers, two_tier_kernels
 from fedmc_flwr.policies.acting import TwoTierActor, uniforms
 from fedmc_flwr.policies.networks import TwoTier
 from fedmc_flwr.policies.normalisers import ObservationNorm
@@ -169,7 +179,7 @@ actor.decide(obs, mask, affine, uniforms((64, actor.noise_width(18)), torch.Gene
 actor.greedy(obs, mask, affine)
 actor.value(obs, mask, affine)
 dispatchers = [
-    d for module in (two_tier_kernels, moments)
+    d for module in (two_tier_kernels, moments, normalisers)
     for d in vars(module).values() if isinstance(d, CPUDispatcher)
 ]
 print(json.dumps({"misses": sum(sum(d.stats.cache_misses.values()) for d in dispatchers)}))

@@ -223,7 +223,10 @@ def actor_of(network: ActorCritic) -> Actor:
     return TwoTierActor(network) if isinstance(network, TwoTier) else TorchActor(network)
 
 
-def uniforms(shape: tuple[int, int], generator: torch.Generator) -> np.ndarray:
-    """The uniforms of one decision, from the learner's torch generator (its saved state
-    covers them, so a resumed learner draws the same)."""
+def uniforms(shape: tuple[int, ...], generator: torch.Generator) -> np.ndarray:
+    """The uniforms of one decision (`[B, noise_width]`), or of a rollout's decisions
+    (`[T, B, noise_width]`), from the learner's torch generator (its saved state covers
+    them, so a resumed learner draws the same). torch fills them one after another from
+    the generator's stream, so a rollout's draw holds each step's draw in turn, bit for
+    bit, and leaves the generator where the steps' draws would have."""
     return torch.rand(shape, generator=generator).numpy()

@@ -423,13 +423,13 @@ class PPOLearner:
         cut_buf = np.zeros((length, b), dtype=np.bool_)
         bootstrap = np.zeros((length, b), dtype=np.float32)
         actor = actor_of(self.model)  # the weights the last update left
-        noise_shape = (b, actor.noise_width(self.sim.num_actions))
+        # the whole rollout's uniforms in one draw: the same numbers as a draw a step
+        noise = uniforms((length, b, actor.noise_width(self.sim.num_actions)), self.generator)
         hidden = self._privileged()
         for t in range(length):
             affine = self.norm.feature_affine()
-            noise = uniforms(noise_shape, self.generator)
             forced = None if teacher is None else teacher.act(self._obs, self._mask)
-            step = actor.decide(self._obs, self._mask, affine, noise, hidden, forced)
+            step = actor.decide(self._obs, self._mask, affine, noise[t], hidden, forced)
             if not inputs:
                 inputs = {
                     key: np.empty((length, *value.shape), dtype=value.dtype)
