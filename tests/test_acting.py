@@ -164,7 +164,7 @@ import json
 import numpy as np
 import torch
 from numba.core.registry import CPUDispatcher
-from fedmc_flwr.policies import moments, normalisers, two_tier_kernels
+from fedmc_flwr.policies import advantages, moments, normalisers, two_tier_kernels
 from fedmc_flwr.policies.acting import TwoTierActor, uniforms
 from fedmc_flwr.policies.networks import TwoTier
 from fedmc_flwr.policies.normalisers import ObservationNorm
@@ -178,8 +178,10 @@ affine = norm.feature_affine()
 actor.decide(obs, mask, affine, uniforms((64, actor.noise_width(18)), torch.Generator()))
 actor.greedy(obs, mask, affine)
 actor.value(obs, mask, affine)
+rollout, values = np.zeros((128, 64), dtype=np.float32), np.zeros((129, 64), dtype=np.float32)
+advantages.gae(rollout, values[:128], rollout, np.zeros((128, 64), dtype=bool), 0.95, 0.95)
 dispatchers = [
-    d for module in (two_tier_kernels, moments, normalisers)
+    d for module in (two_tier_kernels, moments, normalisers, advantages)
     for d in vars(module).values() if isinstance(d, CPUDispatcher)
 ]
 print(json.dumps({"misses": sum(sum(d.stats.cache_misses.values()) for d in dispatchers)}))

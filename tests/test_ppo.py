@@ -160,14 +160,47 @@ def test_proximal_mu_keeps_a_round_closer_to_the_global_weights() -> None:
 
 
 def test_gae_bootstraps_through_truncations() -> None:
-    rewards = torch.tensor([[1.0, 1.0], [1.0, 1.0]])
-    values = torch.zeros(2, 2)
-    next_values = torch.tensor([[0.0, 4.0], [10.0, 10.0]])
-    cut = torch.tensor([[False, True], [False, False]])
+    rewards = np.ones((2, 2), dtype=np.float32)
+    values = np.zeros((2, 2), dtype=np.float32)
+    next_values = np.array([[0.0, 4.0], [10.0, 10.0]], dtype=np.float32)
+    cut = np.array([[False, True], [False, False]])
     adv = gae(rewards, values, next_values, cut, gamma=0.5, lam=1.0)
     # Env 0 runs on: A_1 = 1 + 0.5 * 10, A_0 = 1 + 0.5 * A_1. Env 1 restarted after step 0:
     # A_0 bootstraps from the pre-restart state's value 4 and ignores the next episode.
-    torch.testing.assert_close(adv, torch.tensor([[4.0, 3.0], [6.0, 6.0]]))
+    np.testing.assert_array_equal(adv, np.array([[4.0, 3.0], [6.0, 6.0]], dtype=np.float32))
+
+
+def _torch_gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    cut: torch.Tensor,
+    gamma: float,
+    lam: float,
+) -> torch.Tensor:
+    """GAE as a loop of torch ops over the steps: what the learner computed before."""
+    advantages = torch.zeros_like(rewards)
+    running = torch.zeros_like(rewards[0])
+    keep = 1.0 - cut.to(rewards.dtype)
+    for t in range(rewards.shape[0] - 1, -1, -1):
+        delta = rewards[t] + gamma * next_values[t] - values[t]
+        running = delta + gamma * lam * keep[t] * running
+        advantages[t] = running
+    return advantages
+
+
+@pytest.mark.parametrize(("gamma", "lam"), [(0.95, 0.95), (0.99, 0.95), (0.9, 0.8)])
+def test_compiled_gae_gives_the_torch_loops_numbers_bit_for_bit(gamma: float, lam: float) -> None:
+    rng = np.random.default_rng(int(gamma * 100))
+    shape = (130, 33)
+    rewards, values, next_values = (
+        (rng.normal(size=shape) * 10.0 ** rng.integers(-3, 3)).astype(np.float32) for _ in range(3)
+    )
+    cut = rng.random(shape) < 0.05
+    ours = gae(rewards, values, next_values, cut, gamma, lam)
+    arrays = (rewards, values, next_values, cut)
+    reference = _torch_gae(*(torch.from_numpy(a) for a in arrays), gamma, lam).numpy()
+    np.testing.assert_array_equal(ours.view(np.int32), reference.view(np.int32))
 
 
 def test_greedy_policy_never_picks_a_masked_action() -> None:

@@ -33,6 +33,7 @@ import torch
 from fedmc_flwr.config import LearnerPlan, PPOConfig
 from fedmc_flwr.policies import privileged
 from fedmc_flwr.policies.acting import actor_of, uniforms
+from fedmc_flwr.policies.advantages import gae
 from fedmc_flwr.policies.base import Policy
 from fedmc_flwr.policies.flat_adam import FlatAdam
 from fedmc_flwr.policies.heuristics import DISPATCHERS
@@ -63,30 +64,6 @@ UPDATE_METRICS = (
 `PPOLearner.updates`: its mean losses, the critic's explained variance, the step size, the
 environment steps per second of rollout and update, and the environment steps it
 collected. train_round's figures are the round's means of these; TensorBoard plots each."""
-
-
-def gae(
-    rewards: torch.Tensor,
-    values: torch.Tensor,
-    next_values: torch.Tensor,
-    cut: torch.Tensor,
-    gamma: float,
-    lam: float,
-) -> torch.Tensor:
-    """Advantages of a [T, B] rollout of a continuing task.
-
-    `next_values[t]` is the value of the state step t led to (for a truncated env, the
-    state before its restart); `cut[t]` marks those restarts, where the GAE sum stops. An
-    episode's end is a truncation, never a terminal state: it always bootstraps.
-    """
-    advantages = torch.zeros_like(rewards)
-    running = torch.zeros_like(rewards[0])
-    keep = 1.0 - cut.to(rewards.dtype)
-    for t in range(rewards.shape[0] - 1, -1, -1):
-        delta = rewards[t] + gamma * next_values[t] - values[t]
-        running = delta + gamma * lam * keep[t] * running
-        advantages[t] = running
-    return advantages
 
 
 def proximal_term(
@@ -458,26 +435,20 @@ class PPOLearner:
             self.norm.update(self._obs)
         last = actor.value(self._obs, self._mask, self.norm.feature_affine(), hidden)
         val_buf[length] = last
-        values, cut = torch.from_numpy(val_buf), torch.from_numpy(cut_buf)
-        next_values = torch.where(cut, torch.from_numpy(bootstrap), values[1:])
-        advantages = gae(
-            torch.from_numpy(rew_buf),
-            values[:length],
-            next_values,
-            cut,
-            self.ppo.gamma,
-            self.ppo.gae_lambda,
-        )
-        stored = {
-            key: torch.from_numpy(value.reshape(length * b, *value.shape[2:]))
-            for key, value in inputs.items()
+        values = val_buf[:length]
+        next_values = np.where(cut_buf, bootstrap, val_buf[1:])
+        gamma, lam = self.ppo.gamma, self.ppo.gae_lambda
+        advantages = gae(rew_buf, values, next_values, cut_buf, gamma, lam)
+        columns = inputs | {
+            "actions": act_buf,
+            "logprobs": logp_buf,
+            "values": values,
+            "advantages": advantages,
+            "returns": advantages + values,
         }
-        return stored | {
-            "actions": torch.from_numpy(act_buf).reshape(-1),
-            "logprobs": torch.from_numpy(logp_buf).reshape(-1),
-            "values": values[:length].reshape(-1),
-            "advantages": advantages.reshape(-1),
-            "returns": (advantages + values[:length]).reshape(-1),
+        return {
+            key: torch.from_numpy(value.reshape(length * b, *value.shape[2:]))
+            for key, value in columns.items()
         }
 
     def _privileged(self) -> np.ndarray | None:

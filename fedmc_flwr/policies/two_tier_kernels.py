@@ -247,6 +247,7 @@ def values(obs, mask, shift, scale, nodes_per_region, params, layers, privileged
 def warm_cache() -> None:
     """Compile (or load from the cache) every kernel of the acting path, in this process:
     a driver that calls it before starting the clients leaves them a full cache."""
+    from fedmc_flwr.policies.advantages import gae
     from fedmc_flwr.policies.moments import Moments
     from fedmc_flwr.policies.normalisers import ObservationNorm
 
@@ -275,3 +276,5 @@ def warm_cache() -> None:
     values(obs, mask, shift, scale, nodes, params, layers, privileged, summaries, valid)
     Moments.of(np.zeros((2, 1))).merge(Moments.of(np.ones((2, 1))))
     ObservationNorm().update(np.zeros((2, obs.shape[1]), dtype=np.float32))
+    rollout = np.zeros((2, 1), dtype=np.float32)
+    gae(rollout, rollout, rollout, np.zeros((2, 1), dtype=np.bool_), 0.9, 0.9)
