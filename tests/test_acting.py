@@ -164,7 +164,7 @@ import json
 import numpy as np
 import torch
 from numba.core.registry import CPUDispatcher
-from fedmc_flwr.policies import advantages, moments, normalisers, two_tier_kernels
+from fedmc_flwr.policies import advantages, moments, normalisers, privileged, two_tier_kernels
 from fedmc_flwr.policies.acting import TwoTierActor, uniforms
 from fedmc_flwr.policies.networks import TwoTier
 from fedmc_flwr.policies.normalisers import ObservationNorm
@@ -180,8 +180,10 @@ actor.greedy(obs, mask, affine)
 actor.value(obs, mask, affine)
 rollout, values = np.zeros((128, 64), dtype=np.float32), np.zeros((129, 64), dtype=np.float32)
 advantages.gae(rollout, values[:128], rollout, np.zeros((128, 64), dtype=bool), 0.95, 0.95)
+costs, hidden = np.ones((64, 18)), np.empty((64, privileged.WIDTH), dtype=np.float32)
+privileged.hidden_state(np.ones(64), costs, mask, costs.copy(), 2.0, hidden)
 dispatchers = [
-    d for module in (two_tier_kernels, moments, normalisers, advantages)
+    d for module in (two_tier_kernels, moments, normalisers, advantages, privileged)
     for d in vars(module).values() if isinstance(d, CPUDispatcher)
 ]
 print(json.dumps({"misses": sum(sum(d.stats.cache_misses.values()) for d in dispatchers)}))

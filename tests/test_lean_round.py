@@ -77,6 +77,41 @@ def test_privileged_inputs_equal_the_masked_reductions_bit_for_bit(
     assert masked > 0
 
 
+def _numpy_privileged_inputs(sim: MultiCloudSim) -> np.ndarray:
+    """`privileged.privileged_inputs` as numpy calls: what the compiled form replaced."""
+    state, mean_job = sim.state, sim.spec.mean_service_s
+    costs, valid = sim.dispatch_costs(), state.mask
+    out = np.empty((sim.num_envs, privileged.WIDTH), dtype=np.float32)
+    out[:, 0] = state.size / mean_job
+    out[:, 1] = np.minimum(costs.min(axis=1), privileged.COST_CAP)
+    np.minimum(costs, privileged.COST_CAP, out=costs)
+    costs *= valid
+    out[:, 2] = costs.sum(axis=1) / valid.sum(axis=1)
+    out[:, 3] = state.backlog.mean(axis=1) / (10.0 * mean_job)
+    return out
+
+
+def test_compiled_privileged_inputs_are_numpys_numbers_bit_for_bit(
+    small_demo: ExperimentConfig,
+) -> None:
+    sim = _busy_world(small_demo)
+    rng = np.random.default_rng(2)
+    for _ in range(100):
+        np.testing.assert_array_equal(
+            privileged.privileged_inputs(sim).view(np.int32),
+            _numpy_privileged_inputs(sim).view(np.int32),
+        )
+        sim.step(_valid_actions(sim.mask, rng))
+
+
+@pytest.mark.parametrize("length", [*range(1, 40), 127, 128, 129, 300, 1000, 10_001])
+def test_compiled_sum_is_numpys_pairwise_sum(length: int) -> None:
+    rows = np.random.default_rng(length).normal(size=(3, length))
+    rows *= 10.0 ** np.random.default_rng(length + 1).integers(-6, 6, size=rows.shape)
+    for row in rows:
+        assert privileged._sum(row).hex() == row.sum().hex()
+
+
 def test_adopting_a_state_takes_its_arrays_and_copying_leaves_them_alone() -> None:
     sim = MultiCloudSim(WorldConfig(), ExperimentConfig().reward, [0, 1])
     sim.reset([3, 4])

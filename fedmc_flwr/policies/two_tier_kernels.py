@@ -250,6 +250,7 @@ def warm_cache() -> None:
     from fedmc_flwr.policies.advantages import gae
     from fedmc_flwr.policies.moments import Moments
     from fedmc_flwr.policies.normalisers import ObservationNorm
+    from fedmc_flwr.policies.privileged import WIDTH, hidden_state
 
     regions, nodes, hidden = 2, 2, 2
     obs = np.zeros((1, regions * nodes * NODE_WIDTH + GLOBAL_WIDTH), dtype=np.float32)
@@ -278,3 +279,6 @@ def warm_cache() -> None:
     ObservationNorm().update(np.zeros((2, obs.shape[1]), dtype=np.float32))
     rollout = np.zeros((2, 1), dtype=np.float32)
     gae(rollout, rollout, rollout, np.zeros((2, 1), dtype=np.bool_), 0.9, 0.9)
+    costs = np.ones((1, regions * nodes))
+    hidden = np.empty((1, WIDTH), dtype=np.float32)
+    hidden_state(np.ones(1), costs, mask, costs.copy(), 1.0, hidden)
