@@ -106,17 +106,19 @@ class Actor(ABC):
         noise: Array,
         hidden: Maybe = None,
         teacher: Maybe = None,
+        out: Decision | None = None,
     ) -> Decision:
         """A sample of every env's action, drawn with `noise` (`[B, noise_width]`
         uniforms); `affine` is the normaliser's per-feature `(shift, scale)`;
         `hidden` what a privileged critic reads (`[B, P]`); `teacher` actions to take
-        instead of drawing, scored as if drawn."""
-        # a copy: the compiled path writes the joint action into it
-        forced = None if teacher is None else teacher.astype(np.int64)
-        return self._decide(Request(obs, mask, affine, noise, hidden, forced))
+        instead of drawing, scored as if drawn. `out`: arrays shaped as this decision's
+        to write it into and return (a rollout's rows for this step: no copy of each
+        step's arrays into the rollout's), else fresh ones."""
+        forced = None if teacher is None else teacher.astype(np.int64, copy=False)
+        return self._decide(Request(obs, mask, affine, noise, hidden, forced), out)
 
     @abstractmethod
-    def _decide(self, request: Request) -> Decision: ...
+    def _decide(self, request: Request, out: Decision | None = None) -> Decision: ...
 
     @abstractmethod
     def greedy(self, obs: Array, mask: Array, affine: Affine) -> Array:
@@ -150,35 +152,49 @@ class TwoTierActor(Actor):
     def greedy(self, obs: Array, mask: Array, affine: Affine) -> Array:
         return self._decide(Request(obs, mask, affine, None, None, None)).action
 
-    def _critic_inputs(self, batch: int, hidden: Maybe) -> Array:
+    def _critic_inputs(self, batch: int, hidden: Maybe, into: Maybe = None) -> Array:
         """The `[B, P]` privileged inputs as the kernels read them (zeros where the caller
-        needs no value, as the greedy act)."""
+        needs no value, as the greedy act), written into `into` where it is given."""
+        if into is not None:
+            into[...] = 0.0 if hidden is None else hidden
+            return into
         if hidden is None:
             return np.zeros((batch, self.privileged), dtype=np.float32)
         return np.ascontiguousarray(hidden, dtype=np.float32)
 
-    def _decide(self, request: Request) -> Decision:
-        obs, mask, (shift, scale), noise, hidden, teacher = request
-        batch, num_nodes = mask.shape
+    def _decision(self, batch: int, num_nodes: int) -> Decision:
+        """Fresh arrays for a decision of `batch` envs (what `decide` writes)."""
         n = self.nodes_per_region
         summaries, valid = self._buffers(batch, num_nodes)
-        rows = np.empty((batch, n, NODE_WIDTH + GLOBAL_WIDTH), dtype=np.float32)
-        node_mask = np.empty((batch, n), dtype=np.bool_)
-        action = np.empty(batch, dtype=np.int64) if teacher is None else teacher
-        logprob = np.empty(batch, dtype=np.float32)
-        value = np.empty(batch, dtype=np.float32)
+        inputs = {
+            "summaries": summaries,
+            "valid": valid,
+            "rows": np.empty((batch, n, NODE_WIDTH + GLOBAL_WIDTH), dtype=np.float32),
+            "node_mask": np.empty((batch, n), dtype=np.bool_),
+        }
+        if self.privileged:
+            inputs["privileged"] = np.empty((batch, self.privileged), dtype=np.float32)
+        logprob, value = np.empty((2, batch), dtype=np.float32)
+        return Decision(np.empty(batch, dtype=np.int64), logprob, value, inputs)
+
+    def _decide(self, request: Request, out: Decision | None = None) -> Decision:
+        obs, mask, (shift, scale), noise, hidden, teacher = request
+        batch, num_nodes = mask.shape
+        decision = self._decision(batch, num_nodes) if out is None else out
+        action, logprob, value, inputs = decision
+        if teacher is not None:  # the kernel scores the actions `action` holds
+            action[...] = teacher
         greedy = noise is None
         if noise is None:
             noise = np.empty((batch, self.noise_width(num_nodes)), dtype=np.float32)
-        outputs = (action, logprob, value, summaries, valid, rows, node_mask)
+        tiers = (inputs["summaries"], inputs["valid"], inputs["rows"], inputs["node_mask"])
         weights = (self._params, self._region, self._node, self._critic)
-        critic_inputs = self._critic_inputs(batch, hidden)
+        critic_inputs = self._critic_inputs(batch, hidden, inputs.get("privileged"))
         flags = (greedy, teacher is not None)
+        n = self.nodes_per_region
+        outputs = (action, logprob, value, *tiers)
         kernels.decide(obs, mask, shift, scale, n, *weights, noise, *flags, critic_inputs, *outputs)
-        inputs = {"summaries": summaries, "valid": valid, "rows": rows, "node_mask": node_mask}
-        if self.privileged:
-            inputs["privileged"] = critic_inputs
-        return Decision(action, logprob, value, inputs)
+        return decision
 
     def value(self, obs: Array, mask: Array, affine: Affine, hidden: Maybe = None) -> Array:
         batch, num_nodes = mask.shape
@@ -194,13 +210,20 @@ class TorchActor(Actor):
     path is tested against, and the path of the networks that have no compiled one."""
 
     @torch.inference_mode()
-    def _decide(self, request: Request) -> Decision:
+    def _decide(self, request: Request, out: Decision | None = None) -> Decision:
         obs, mask, affine, noise, hidden, teacher = request
         x, m = torch.from_numpy(standardise(obs, affine)), torch.from_numpy(mask)
         forced = None if teacher is None else torch.from_numpy(teacher)
         step = self.network.sample(x, m, torch.from_numpy(noise), _tensor(hidden), forced)
         inputs = {key: value.numpy() for key, value in step.inputs.items()}
-        return Decision(step.action.numpy(), step.logprob.numpy(), step.value.numpy(), inputs)
+        decision = Decision(step.action.numpy(), step.logprob.numpy(), step.value.numpy(), inputs)
+        if out is None:
+            return decision
+        for into, value in zip(out[:3], decision[:3], strict=True):
+            into[...] = value
+        for key, value in inputs.items():
+            out.inputs[key][...] = value
+        return out
 
     @torch.inference_mode()
     def greedy(self, obs: Array, mask: Array, affine: Affine) -> Array:

@@ -32,7 +32,7 @@ import torch
 
 from fedmc_flwr.config import LearnerPlan, PPOConfig
 from fedmc_flwr.policies import privileged
-from fedmc_flwr.policies.acting import actor_of, uniforms
+from fedmc_flwr.policies.acting import Decision, actor_of, uniforms
 from fedmc_flwr.policies.advantages import gae
 from fedmc_flwr.policies.base import Policy
 from fedmc_flwr.policies.flat_adam import FlatAdam
@@ -406,17 +406,18 @@ class PPOLearner:
         for t in range(length):
             affine = self.norm.feature_affine()
             forced = None if teacher is None else teacher.act(self._obs, self._mask)
-            step = actor.decide(self._obs, self._mask, affine, noise[t], hidden, forced)
-            if not inputs:
+            # each decision after the first is written straight into the rollout's rows
+            rows = {key: value[t] for key, value in inputs.items()}
+            into = Decision(act_buf[t], logp_buf[t], val_buf[t], rows) if inputs else None
+            step = actor.decide(self._obs, self._mask, affine, noise[t], hidden, forced, into)
+            if not inputs:  # the first: its arrays give the rollout's shapes
                 inputs = {
                     key: np.empty((length, *value.shape), dtype=value.dtype)
                     for key, value in step.inputs.items()
                 }
-            for key, value in step.inputs.items():
-                inputs[key][t] = value
-            act_buf[t] = step.action
-            logp_buf[t] = step.logprob
-            val_buf[t] = step.value
+                for key, value in step.inputs.items():
+                    inputs[key][t] = value
+                act_buf[t], logp_buf[t], val_buf[t] = step.action, step.logprob, step.value
             result = self.sim.step(step.action)
             rew_buf[t] = self._scale_rewards(result.reward)
             job_sums[0] += result.reward.sum()
