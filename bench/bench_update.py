@@ -7,6 +7,9 @@ forms give the same numbers bit for bit, which each row checks after timing:
 
 - Adam: torch's per-tensor Adam (`foreach=False`) against `FlatAdam` (one flat buffer),
   30 steps of the same gradients; the parameters after them must be equal.
+- gradient-norm clip: torch's `clip_grad_norm_` (`foreach=False`) against
+  `FlatAdam.clip_grad_norm_` (the same norms, then one multiply of the flat gradient
+  that backward fills); the clipped gradients must be equal.
 - pooling over nodes: the node scorer's update pass (forward and backward of one
   minibatch) with its pooling as torch's `mean(dim=1)` against `pool` (sum / N); logits,
   values and gradients must be equal.
@@ -90,22 +93,52 @@ def _twins(kind: str, obs_dim: int, actions: int, hidden: int) -> tuple[nn.Modul
     return first, second
 
 
+def _gradients(
+    kind: str, obs_dim: int, actions: int, hidden: int
+) -> tuple[nn.Module, nn.Module, FlatAdam]:
+    """Twin networks holding the same random gradients: the first per tensor, the
+    second in its `FlatAdam`'s flat buffer, where backward leaves them."""
+    per_tensor_net, flat_net = _twins(kind, obs_dim, actions, hidden)
+    flat = FlatAdam(list(flat_net.parameters()), lr=1e-4, eps=1e-5)
+    flat.zero_grad()
+    generator = torch.Generator().manual_seed(1)
+    for p, q in zip(per_tensor_net.parameters(), flat_net.parameters(), strict=True):
+        p.grad = torch.randn(p.shape, generator=generator)
+        q.grad.copy_(p.grad)
+    return per_tensor_net, flat_net, flat
+
+
 def adam_row(kind: str, obs_dim: int, actions: int, hidden: int, repeats: int) -> dict:
     """Per-tensor Adam against FlatAdam on one network kind's parameters."""
-    per_tensor_net, flat_net = _twins(kind, obs_dim, actions, hidden)
-    generator = torch.Generator().manual_seed(1)
-    grads = [torch.randn(p.shape, generator=generator) for p in per_tensor_net.parameters()]
-    for net in (per_tensor_net, flat_net):
-        for p, g in zip(net.parameters(), grads, strict=True):
-            p.grad = g.clone()
+    per_tensor_net, flat_net, flat = _gradients(kind, obs_dim, actions, hidden)
     per_tensor = torch.optim.Adam(per_tensor_net.parameters(), lr=1e-4, eps=1e-5, foreach=False)
-    flat = FlatAdam(list(flat_net.parameters()), lr=1e-4, eps=1e-5)
     for _ in range(30):
         per_tensor.step()
         flat.step()
     same = _all_equal(list(per_tensor_net.parameters()), list(flat_net.parameters()))
     torch_s, ours_s = alternate(per_tensor.step, flat.step, repeats, 200)
     return {"piece": f"Adam step ({kind})", "torch_s": torch_s, "ours_s": ours_s, "same": same}
+
+
+def clip_row(kind: str, obs_dim: int, actions: int, hidden: int, repeats: int) -> dict:
+    """torch's gradient-norm clip, per tensor, against `FlatAdam.clip_grad_norm_` (the
+    per-tensor norms, then one multiply of the flat buffer). Repeated, each call clips
+    what the last left, alike in both."""
+    per_tensor_net, flat_net, flat = _gradients(kind, obs_dim, actions, hidden)
+    params = list(per_tensor_net.parameters())
+
+    def torch_clip() -> None:
+        nn.utils.clip_grad_norm_(params, 0.5, foreach=False)
+
+    def flat_clip() -> None:
+        flat.clip_grad_norm_(0.5)
+
+    torch_clip()
+    flat_clip()
+    grads = [p.grad for p in flat_net.parameters()]
+    same = _all_equal([p.grad for p in params], grads)
+    torch_s, ours_s = alternate(torch_clip, flat_clip, repeats, 200)
+    return {"piece": f"grad-norm clip ({kind})", "torch_s": torch_s, "ours_s": ours_s, "same": same}
 
 
 def pool_row(obs_dim: int, actions: int, hidden: int, minibatch: int, repeats: int) -> dict:
@@ -179,6 +212,7 @@ def main() -> None:
     rows = [
         adam_row("mlp", obs_dim, nodes, ppo.hidden_size, args.repeats),
         adam_row("node-scorer", obs_dim, nodes, ppo.hidden_size, args.repeats),
+        clip_row("mlp", obs_dim, nodes, ppo.hidden_size, args.repeats),
         pool_row(obs_dim, nodes, ppo.hidden_size, minibatch, args.repeats),
         shuffle_row(frames, obs_dim, args.repeats),
     ]

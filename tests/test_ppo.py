@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 import torch
 
 from fedmc_flwr.config import ExperimentConfig, PPOConfig, WorldConfig, learner_plan
+from fedmc_flwr.policies import heap
 from fedmc_flwr.policies.moments import MOMENT_ARRAYS, Moments
 from fedmc_flwr.policies.ppo import (
     STATISTICS,
@@ -283,3 +286,11 @@ def test_flags_one_hot_and_clock_are_not_standardised() -> None:
         np.testing.assert_array_equal(x[:, raw], learner.obs[:, raw])
     queue = layout.node("queue")
     assert not np.allclose(x[:, queue], learner.obs[:, queue])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator")
+def test_a_learner_keeps_its_freed_memory_for_the_next_minibatch() -> None:
+    """glibc takes the fixed thresholds (`heap.py`), once per process."""
+    PPOLearner(learner_plan(tiny_cfg(), [0]), seed=0)
+    assert heap.keep_freed_memory() is True
+    assert heap.keep_freed_memory.cache_info().misses == 1

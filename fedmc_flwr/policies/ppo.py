@@ -36,6 +36,7 @@ from fedmc_flwr.policies.acting import Decision, actor_of, uniforms
 from fedmc_flwr.policies.advantages import gae
 from fedmc_flwr.policies.base import Policy
 from fedmc_flwr.policies.flat_adam import FlatAdam
+from fedmc_flwr.policies.heap import keep_freed_memory
 from fedmc_flwr.policies.heuristics import DISPATCHERS
 from fedmc_flwr.policies.moments import MOMENT_ARRAYS, Moments
 from fedmc_flwr.policies.networks import ActorCritic, build_network
@@ -187,6 +188,7 @@ class PPOLearner:
     def __init__(self, plan: LearnerPlan, seed: int) -> None:
         cfg, regions = plan.cfg, plan.regions
         torch.set_num_threads(cfg.ppo.torch_threads)
+        keep_freed_memory()  # every minibatch reuses the last one's pages (`heap.py`)
         self.cfg = cfg
         self.ppo = cfg.ppo
         self.planned = plan.planned_steps
