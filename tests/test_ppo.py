@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ import torch
 
 from fedmc_flwr.config import ExperimentConfig, PPOConfig, WorldConfig, learner_plan
 from fedmc_flwr.policies import heap
+from fedmc_flwr.policies import ppo as ppo_module
 from fedmc_flwr.policies.moments import MOMENT_ARRAYS, Moments
 from fedmc_flwr.policies.ppo import (
     STATISTICS,
@@ -116,6 +118,25 @@ def test_save_load_resumes_bit_for_bit(tmp_path) -> None:
     np.testing.assert_array_equal(
         first.state()["adam.0.exp_avg"], resumed.state()["adam.0.exp_avg"]
     )
+
+
+@pytest.mark.parametrize("kind", ["two-tier", "mlp"])
+def test_rollout_uniforms_drawn_a_step_or_a_rollout_at_a_time_train_alike(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """However many steps' uniforms a rollout draws at once (`NOISE_BYTES`), the learner
+    acts and trains on the same numbers."""
+    cfg = tiny_cfg()
+    cfg = replace(cfg, ppo=replace(cfg.ppo, policy=kind))
+    states = []
+    for budget in (ppo_module.NOISE_BYTES, 1, 3 * 4 * cfg.ppo.num_envs * 7):
+        monkeypatch.setattr(ppo_module, "NOISE_BYTES", budget)
+        learner = PPOLearner(learner_plan(cfg, [0, 1]), seed=3)
+        learner.train_round(2 * cfg.ppo.rollout_steps)
+        states.append(learner.state())
+    for other in states[1:]:
+        for key, value in states[0].items():
+            np.testing.assert_array_equal(other[key], value, err_msg=key)
 
 
 def test_a_saved_states_weights_are_the_learners(tmp_path) -> None:

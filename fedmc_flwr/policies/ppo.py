@@ -46,6 +46,9 @@ from fedmc_flwr.sim import state_file
 from fedmc_flwr.sim.mixed import MixedSim, world_batch
 from fedmc_flwr.sim.world import MultiCloudSim
 
+NOISE_BYTES = 4 * 2**20
+"""Uniforms a rollout draws at once, at most: all of small_demo's rollout in one draw
+(2.3 KB a step), one step's at a time for a flat network on a 10,000-node estate."""
 STATISTICS = ("observation", "return")
 """The running moments a weight list carries after the network's arrays, in this order."""
 
@@ -402,16 +405,19 @@ class PPOLearner:
         cut_buf = np.zeros((length, b), dtype=np.bool_)
         bootstrap = np.zeros((length, b), dtype=np.float32)
         actor = actor_of(self.model)  # the weights the last update left
-        # the whole rollout's uniforms in one draw: the same numbers as a draw a step
-        noise = uniforms((length, b, actor.noise_width(self.sim.num_actions)), self.generator)
+        width = actor.noise_width(self.sim.num_actions)
+        chunk = max(1, NOISE_BYTES // (4 * b * width))  # steps whose uniforms are drawn at once
         hidden = self._privileged()
         for t in range(length):
+            if t % chunk == 0:  # the same numbers as a draw a step
+                noise = uniforms((min(chunk, length - t), b, width), self.generator)
+            draw = noise[t % chunk]
             affine = self.norm.feature_affine()
             forced = None if teacher is None else teacher.act(self._obs, self._mask)
             # each decision after the first is written straight into the rollout's rows
             rows = {key: value[t] for key, value in inputs.items()}
             into = Decision(act_buf[t], logp_buf[t], val_buf[t], rows) if inputs else None
-            step = actor.decide(self._obs, self._mask, affine, noise[t], hidden, forced, into)
+            step = actor.decide(self._obs, self._mask, affine, draw, hidden, forced, into)
             if not inputs:  # the first: its arrays give the rollout's shapes
                 inputs = {
                     key: np.empty((length, *value.shape), dtype=value.dtype)
