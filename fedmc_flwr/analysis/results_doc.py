@@ -123,7 +123,7 @@ FedExP's, and more rounds against centralised PPO; `default_fedexp` and
 `rare_slowdowns_fedexp` try FedExP's step where regions differ and where one region meets
 rare slowdowns; `rare_slowdowns_transfer` tries advantage scaling, the gradient clip,
 more updates per round and FedAdam there against centralised PPO, and
-`rare_slowdowns_spread` splits the shortfall: the same slowdown experience held by one
+`rare_slowdowns_spread` gives every learner the same slowdown experience held by one
 region or spread over all three). A drifting region
 (`train.drift`: `drift_region`, whose load rises in round 4) is judged on its own worlds,
 against centralised PPO too (it lives through the drift as well), with the difference at
