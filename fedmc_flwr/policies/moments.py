@@ -72,22 +72,39 @@ def column_moments(batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Mean and population variance of each column of a `[n, dim]` batch, in float64, in
     two passes (the mean, then the squared deviations from it). Compiled: a learner
     takes the moments of every step's returns, where numpy's calls would cost more
-    than the arithmetic (its observations' moments are `normalisers.py`'s kernel, the
-    same sums). Any float dtype and strides: float32 columns are summed in float64 as
-    they are read, exactly as a float64 copy of them would be."""
-    n, dim = batch.shape
+    than the arithmetic. Any float dtype and strides: float32 columns are summed in
+    float64 as they are read, exactly as a float64 copy of them would be."""
+    dim = batch.shape[1]
     mean = np.zeros(dim)
     var = np.zeros(dim)
-    for i in range(n):
-        for d in range(dim):
-            mean[d] += batch[i, d]
-    mean /= n
-    for i in range(n):
-        for d in range(dim):
-            deviation = batch[i, d] - mean[d]
-            var[d] += deviation * deviation
-    var /= n
+    block_moments(batch, 0, 1, dim, mean, var)
     return mean, var
+
+
+@njit(cache=True)
+def block_moments(
+    batch: np.ndarray, start: int, blocks: int, width: int, mean: np.ndarray, var: np.ndarray
+) -> None:
+    """`column_moments` of the `[n * blocks, width]` rows that each row of `batch` holds
+    side by side from column `start`, read in place, into the zeroed `mean` and `var`:
+    a batch of observations keeps each node's features as one such block, which no
+    `[n * nodes, width]` view expresses without a copy (on a 10,000-node estate, a copy
+    of every observation each step). Row by row, block by block: the sums of the
+    stacked rows' `column_moments`, in their order, so the same numbers."""
+    count = batch.shape[0] * blocks
+    for b in range(batch.shape[0]):
+        for i in range(blocks):
+            for f in range(width):
+                mean[f] += batch[b, start + i * width + f]
+    for f in range(width):
+        mean[f] /= count
+    for b in range(batch.shape[0]):
+        for i in range(blocks):
+            for f in range(width):
+                deviation = batch[b, start + i * width + f] - mean[f]
+                var[f] += deviation * deviation
+    for f in range(width):
+        var[f] /= count
 
 
 @njit(cache=True)
