@@ -71,6 +71,7 @@ _RANGES: dict[str, _Check] = {
     "world.queue_capacity": (lambda v: 2 <= v <= 4096, "an integer from 2 to 4096"),
     "world.mean_service_ms": (_positive, "a number > 0"),
     "world.pareto_alpha": (lambda v: v > 1, "a number > 1 (finite mean)"),
+    "world.lognormal_sigma": (lambda v: 0 < v <= 3, "a number above 0, at most 3"),
     "world.declared_size_error": (lambda v: 0 <= v <= 3, "a number from 0 to 3"),
     "world.load": (_unit_open, "a number in (0, 1)"),
     "world.background_load": (_unit_half_open, "a number in [0, 1)"),

@@ -98,10 +98,16 @@ class WorldConfig:
     """Jobs a node can hold; a full node is masked out."""
     mean_service_ms: float = 50.0
     """Mean service time of a job on a node of speed 1.0 with no background load."""
-    job_size: str = one_of(("exponential", "pareto"), "exponential")
-    """Job size distribution: 'exponential' or 'pareto' (heavy-tailed)."""
+    job_size: str = one_of(("exponential", "pareto", "lognormal"), "exponential")
+    """Job size distribution: 'exponential', or heavy-tailed: 'pareto' (a power-law tail)
+    or 'lognormal' (every moment finite, a few huge jobs all the same). Each has the mean
+    `mean_service_ms`."""
     pareto_alpha: float = 1.5
     """Shape of the Pareto job sizes (used when job_size is 'pareto')."""
+    lognormal_sigma: float = 1.5
+    """Sigma of the log of the log-normal job sizes (used when job_size is 'lognormal'):
+    1.5 gives a squared coefficient of variation of e^(sigma^2) - 1 = 8.5, where the
+    exponential's is 1."""
     declared_size: bool = False
     """Each job declares its size (its service time at speed 1.0, what a resource request
     or a runtime estimate tells a scheduler), and the observation's `expected_delay` prices

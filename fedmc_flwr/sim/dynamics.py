@@ -31,7 +31,7 @@ from fedmc_flwr.sim.serving import (
     segment_end,
     traced,
 )
-from fedmc_flwr.sim.streams import SALT_ANGLE, SALT_RADIUS, side_uniform, uniform
+from fedmc_flwr.sim.streams import SALT_ANGLE, SALT_RADIUS, SALT_SIZE, side_uniform, uniform
 
 # before the first @njit below: numba picks a function's cache locator when decorating it
 compile_cache.install()
@@ -39,11 +39,19 @@ compile_cache.install()
 
 @njit(cache=True, inline="always")
 def _job_size(rng, b, statics):
+    """One job's size, from one uniform of env b's stream (a log-normal takes its angle
+    from a side draw, so every law advances the stream alike)."""
     u = uniform(rng, b)
     alpha = statics.pareto_alpha
     if alpha > 0.0:
         scale = statics.mean_service_s * (alpha - 1.0) / alpha
         return scale * u ** (-1.0 / alpha)
+    sigma = statics.lognormal_sigma
+    if sigma > 0.0:
+        z = math.sqrt(-2.0 * math.log(u)) * math.cos(
+            2.0 * math.pi * side_uniform(rng, b, SALT_SIZE)
+        )
+        return statics.mean_service_s * math.exp(sigma * z - 0.5 * sigma * sigma)
     return -statics.mean_service_s * math.log(u)
 
 

@@ -38,6 +38,7 @@ class Statics(NamedTuple):
     region_outage: np.ndarray
     mean_service_s: float
     pareto_alpha: float
+    lognormal_sigma: float
     slo_s: float
     queue_threshold: int
     queue_capacity: int

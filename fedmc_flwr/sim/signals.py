@@ -113,7 +113,9 @@ class WorldSpec:
     warmup_jobs: int
     """Jobs the world dispatches by itself (shortest expected delay) when an episode starts."""
     pareto_alpha: float
-    """0 for exponential job sizes."""
+    """0 for exponential or log-normal job sizes."""
+    lognormal_sigma: float
+    """0 for exponential or Pareto job sizes."""
     declared_size: bool
     """Jobs declare their size, and the observation prices each at its declaration."""
     declared_size_error: float
@@ -287,6 +289,7 @@ def build_spec(
         hard_capacity=hard_capacity(world.queue_capacity),
         warmup_jobs=world.warmup_jobs,
         pareto_alpha=world.pareto_alpha if world.job_size == "pareto" else 0.0,
+        lognormal_sigma=world.lognormal_sigma if world.job_size == "lognormal" else 0.0,
         declared_size=world.declared_size,
         declared_size_error=world.declared_size_error,
         diurnal_period_s=world.diurnal_period_s,

@@ -38,6 +38,9 @@ SALT_ANGLE = np.uint64(0x8CB92BA72F3D8DD7)
 SALT_START = np.uint64(0x5851F42D4C957F2D)  # and one for a trace's start point
 
 
+SALT_SIZE = np.uint64(0xC2B2AE3D27D4EB4F)  # and one for a log-normal size's angle
+
+
 @njit(cache=True, inline="always")
 def _mix(z):
     z = (z ^ (z >> _S30)) * _MIX1
