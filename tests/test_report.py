@@ -17,6 +17,7 @@ from fedmc_flwr.analysis.report import (
     summarise,
     summary_frame,
     summary_table,
+    world_table,
 )
 from fedmc_flwr.analysis.tables import format_table
 from fedmc_flwr.cli import main
@@ -204,6 +205,17 @@ def test_summary_of_every_metric_with_the_baseline_row(tmp_path: Path) -> None:
     assert by_policy["ppo-fedavg"][-1] == "training and eval seeds"
     with pytest.raises(ReportError, match="unknown baseline"):
         summary_frame(policies, "nope")
+
+
+def test_the_world_table_by_hand(tmp_path: Path) -> None:
+    """The learner at the mean of its two seeds, world by world against SED: us-east1
+    +0.035, +0.035, +0.025, europe-west9 +0.015, +0.030, +0.020; the median of the six is
+    +0.0275, and every world is at least as good. Latency is the same in every world (a
+    tie counts as at least as good); the dispatchers get no row."""
+    policies = collect(load([make_dir(tmp_path, 0), make_dir(tmp_path, 1)]))
+    header, *rows = world_table(policies, "sed")
+    assert header[1:3] == ["Δ reward, median world", "worlds with reward ≥ baseline's"]
+    assert rows == [["ppo-fedavg", "+0.0275", "6 of 6", "+0.0", "6 of 6"]]
 
 
 def test_the_run_table_and_the_report_agree_on_p95(tmp_path: Path, capsys) -> None:

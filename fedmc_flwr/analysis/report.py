@@ -45,7 +45,7 @@ from fedmc_flwr.analysis.statistics import (
     paired_over_seeds_and_worlds,
     stratified_mean,
 )
-from fedmc_flwr.analysis.tables import with_ci
+from fedmc_flwr.analysis.tables import REWARD, with_ci
 from fedmc_flwr.errors import InputError
 from fedmc_flwr.metrics import BY_NAME, POINT_METRICS
 from fedmc_flwr.results import PER_SEED_FILE, PER_SEED_VALUES, read_per_seed
@@ -437,6 +437,45 @@ def summary_table(summary: pd.DataFrame) -> tuple[list[list[str]], list[list[str
         ]
         paired_rows.append([row["policy"], *diffs, row["verdict"], row["diff_over"]])
     return level_rows, paired_rows
+
+
+def _per_world_means(runs: dict[int, Run], metric: str) -> np.ndarray:
+    """[worlds] a policy's `metric` in each held-out world, the mean of its training seeds."""
+    return np.mean([np.concatenate(run.values[metric]) for run in runs.values()], axis=0)
+
+
+def world_table(policies: dict[str, dict[int, Run]], baseline: str) -> list[list[str]]:
+    """Each learner against `baseline` world by world, the learner at the mean of its
+    training seeds: the median world's difference in reward and in latency, and in how
+    many worlds it does at least as well. A mean lead that a few worlds carry shows here
+    as a median on the other side of zero."""
+    reward, latency = REWARD, BY_NAME["latency_ms"]
+    rows = [
+        [
+            "policy",
+            "Δ reward, median world",
+            "worlds with reward ≥ baseline's",
+            f"Δ {latency.title}, median world",
+            "worlds with latency ≤ baseline's",
+        ]
+    ]
+    base = {m.name: _per_world_means(policies[baseline], m.name) for m in (reward, latency)}
+    for policy, runs in policies.items():
+        if FIXED in runs or policy == baseline:
+            continue
+        d_reward = _per_world_means(runs, reward.name) - base[reward.name]
+        d_latency = _per_world_means(runs, latency.name) - base[latency.name]
+        worlds = len(d_reward)
+        rows.append(
+            [
+                policy,
+                with_ci(float(np.median(d_reward)), float("nan"), reward, sign="+"),
+                f"{int((d_reward >= 0).sum())} of {worlds}",
+                with_ci(float(np.median(d_latency)), float("nan"), latency, sign="+"),
+                f"{int((d_latency <= 0).sum())} of {worlds}",
+            ]
+        )
+    return rows
 
 
 # --- output ---------------------------------------------------------------------------

@@ -37,10 +37,12 @@ import pandas as pd
 
 from fedmc_flwr.analysis.report import (
     FIXED,
+    Run,
     collect,
     format_markdown,
     summary_frame,
     summary_table,
+    world_table,
 )
 from fedmc_flwr.analysis.tables import with_ci
 from fedmc_flwr.config import ConfigError, shares_one_estate
@@ -227,9 +229,23 @@ def summarise_sweep(sweep: Sweep, baseline: str | None = None) -> tuple[Path, Pa
         "held-out world.\n\n"
         f"{format_markdown(level)}\n\n"
         f"Paired difference against `{summary['baseline'].iloc[0]}`:\n\n"
-        f"{format_markdown(paired)}\n{drift_section(sweep, seeds)}"
+        f"{format_markdown(paired)}\n{worlds_section(policies, summary['baseline'].iloc[0])}"
+        f"{drift_section(sweep, seeds)}"
     )
     return csv_path, md_path, curves_path
+
+
+def worlds_section(policies: dict[str, dict[int, Run]], baseline: str) -> str:
+    """`world_table` under its heading; empty when the sweep has no learner."""
+    rows = world_table(policies, baseline)
+    if len(rows) == 1:
+        return ""
+    return (
+        f"\nWorld by world against `{baseline}` (each learner at the mean of its training "
+        "seeds): the median held-out world's difference, and the worlds where the learner "
+        "does at least as well.\n\n"
+        f"{format_markdown(rows)}\n"
+    )
 
 
 def drift_section(sweep: Sweep, seeds: list[int]) -> str:
