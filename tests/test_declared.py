@@ -74,6 +74,27 @@ def test_declarations_change_the_expected_delay_only(small_demo, actions) -> Non
     )
 
 
+def test_log_delay_rewrites_the_expected_delay_alone(small_demo, actions) -> None:
+    """`world.log_delay` writes log(1 + delay / mean service time) of the very delay the
+    plain world shows; every other feature, the rewards and the mask stay the same."""
+    plain = _world(small_demo, 0.0)
+    plain_obs, plain_reward, _, _ = _run(plain, actions)
+    logged = MultiCloudSim(
+        replace(small_demo.world, declared_size=True, log_delay=True),
+        small_demo.reward,
+        np.arange(ENVS) % small_demo.world.regions,
+    )
+    logged.reset(np.arange(ENVS) + 5)
+    log_obs, log_reward, _, _ = _run(logged, actions)
+    np.testing.assert_array_equal(log_reward, plain_reward)
+    delay = plain.layout.node("expected_delay")
+    others = np.ones(plain.obs_dim, dtype=bool)
+    others[delay] = False
+    np.testing.assert_array_equal(log_obs[..., others], plain_obs[..., others])
+    expected = np.log1p(plain_obs[..., delay].astype(np.float64) / plain.spec.mean_service_s)
+    np.testing.assert_allclose(log_obs[..., delay], expected, rtol=1e-6)
+
+
 def test_declaration_errors_are_mean_one_log_normal(small_demo, actions) -> None:
     """log(declared / true) has the configured sigma and the mean -sigma^2 / 2 that keeps
     the declared sizes' mean at the true one (3600 jobs: each within ~4 standard errors)."""

@@ -114,6 +114,13 @@ class WorldConfig:
     the waiting job at it; False: the dispatcher knows only the mean job. Of the
     dispatchers, myopic-expected uses it; SED and the greedy ones keep their classic
     rules (a mean job)."""
+    log_delay: bool = False
+    """The observation's `expected_delay` is log(1 + delay / mean service time) instead of
+    seconds. Where declared sizes are heavy-tailed, a huge job's delays on every node lie
+    far out in the tail of the feature's running moments, and the learner's normaliser
+    clips them all to one value (`policies/normalisers.py:OBS_CLIP`): the network can no
+    longer tell where the job finishes first. In logs they stay apart. The dispatchers
+    keep their rules (none reads the feature)."""
     declared_size_error: float = 0.0
     """Sigma of the mean-one log-normal error of each declaration: 0 declares the true
     size, 0.5 is off by a factor of 1.6 or more about a third of the time. Needs declared_size."""

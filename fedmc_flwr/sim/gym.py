@@ -67,6 +67,8 @@ def observation_space(sim: MultiCloudSim) -> spaces.Box:
     )  # the hard capacity at the slowest moment, from the farthest ingress
     if spec.declared_size:  # a declared job may be of any size
         worst_delay = np.full(sim.num_actions, np.inf)
+    if spec.log_delay:
+        worst_delay = np.log1p(worst_delay / spec.mean_service_s)
     node_bounds = {
         "queue": (zero, one * spec.hard_capacity),
         "up": (zero, one),
@@ -136,7 +138,7 @@ class MultiCloudEnv(gym.Env[np.ndarray, np.int64]):
     - node.expected_delay (s; 0 to full slowest node (none with declared sizes)): RTT from
       the ingress + queue mean jobs and the waiting job (a mean job, or its declared size
       with world.declared_size) at the node's effective speed (shortest expected delay's
-      estimate)
+      estimate); log(1 + it / the mean service time) with world.log_delay
     - node.price (USD/h; 0 to peak price): hourly price of a speed-1.0 node in the node's
       region
     - node.carbon (gCO2eq/kWh; 0 to peak carbon): grid carbon intensity of the node's region

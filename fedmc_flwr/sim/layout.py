@@ -60,7 +60,8 @@ NODE_FEATURES: tuple[Feature, ...] = (
         "expected_delay",
         "RTT from the ingress + queue mean jobs and the waiting job (a mean job, or its "
         "declared size with world.declared_size) at the node's effective speed "
-        "(shortest expected delay's estimate)",
+        "(shortest expected delay's estimate); log(1 + it / the mean service time) with "
+        "world.log_delay",
         "s",
         "0",
         "full slowest node (none with declared sizes)",

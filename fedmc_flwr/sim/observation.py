@@ -12,6 +12,8 @@ node, with an SLO violation. A slowed node stays offered; only its `up` says so.
 
 from __future__ import annotations
 
+import math
+
 from numba import njit
 
 from fedmc_flwr.sim import compile_cache
@@ -87,9 +89,12 @@ def observe(b, state, obs, mask, statics):
             obs[b, o + QUEUE] = queue
             obs[b, o + UP] = pace_of(statics, slow_until[b, n], t) if down_until[b, n] <= t else 0.0
             if declares:
-                obs[b, o + EXPECTED_DELAY] = link + (queue * busy + job) / speed[n]
+                delay = link + (queue * busy + job) / speed[n]
             else:
-                obs[b, o + EXPECTED_DELAY] = link + (queue + 1.0) * (busy / speed[n])
+                delay = link + (queue + 1.0) * (busy / speed[n])
+            if statics.log_delay:
+                delay = math.log1p(delay / statics.mean_service_s)
+            obs[b, o + EXPECTED_DELAY] = delay
             obs[b, o + PRICE] = price
             obs[b, o + CARBON] = carbon
             obs[b, o + BACKGROUND] = background

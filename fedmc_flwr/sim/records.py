@@ -51,6 +51,7 @@ class Statics(NamedTuple):
     slowdown_share: float
     declared_size: bool
     declared_size_error: float
+    log_delay: bool
     cost_ref_usd: float
     carbon_ref_g: float
 

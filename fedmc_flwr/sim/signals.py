@@ -120,6 +120,8 @@ class WorldSpec:
     """Jobs declare their size, and the observation prices each at its declaration."""
     declared_size_error: float
     """Sigma of the mean-one log-normal error of a declaration (0: exact)."""
+    log_delay: bool
+    """The observation's expected delay is log(1 + delay / mean_service_s)."""
     diurnal_period_s: float
     time_varying: bool
     outage_rate: float
@@ -292,6 +294,7 @@ def build_spec(
         lognormal_sigma=world.lognormal_sigma if world.job_size == "lognormal" else 0.0,
         declared_size=world.declared_size,
         declared_size_error=world.declared_size_error,
+        log_delay=world.log_delay,
         diurnal_period_s=world.diurnal_period_s,
         time_varying=world.time_varying,
         outage_rate=world.outage_rate,

@@ -16,7 +16,8 @@ writes this list):
   world.slowdown_share while slowed, 0 during an outage
 - node.expected_delay (s): RTT from the ingress + queue mean jobs and the waiting job (a
   mean job, or its declared size with world.declared_size) at the node's effective speed
-  (shortest expected delay's estimate)
+  (shortest expected delay's estimate); log(1 + it / the mean service time) with
+  world.log_delay
 - node.price (USD/h): hourly price of a speed-1.0 node in the node's region
 - node.carbon (gCO2eq/kWh): grid carbon intensity of the node's region
 - node.background (0..1): share of the region's capacity used by other tenants
