@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from conftest import SMALL_DEMO
 
-from fedmc_flwr.analysis.results_doc import BEGIN, END, update_readme, write_results
+from fedmc_flwr.analysis.results_doc import BEGIN, END, description, update_readme, write_results
 from fedmc_flwr.errors import InputError
 from fedmc_flwr.results import record_provenance
 
@@ -126,3 +126,15 @@ def test_a_section_this_checkout_cannot_measure_keeps_its_published_text(tmp_pat
         assert "- `other` (all regions): an old reading." in federating
         assert "Rows of `other` are kept as last published" in federating
     assert text.count("\n\n\n") == 0
+
+
+def test_a_description_keeps_the_commands_it_names_and_drops_the_one_that_runs_it(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "sweep.yaml"
+    config.write_text(
+        "# The learner as `fedmc run` trains it, and warm-started.\n"
+        "# 5 seeds. `fedmc sweep --config conf/sweeps/x.yaml`\n"
+        "name: x\n# not part of it\n"
+    )
+    assert description(config) == "The learner as `fedmc run` trains it, and warm-started. 5 seeds."
