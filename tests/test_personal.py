@@ -1,6 +1,7 @@
-"""What a region keeps for itself: its own statistics (`federation.personal_statistics`)
-and its own fine-tuned network when judged (`federation.fine_tuned`). The server and the
-reply are FedAvg's; only what a region trains and is judged with changes."""
+"""What a region keeps for itself: its own statistics (`federation.personal_statistics`),
+its own fine-tuned network when judged (`federation.fine_tuned`), and a share of its own
+network in the one it trains on (`federation.global_share`). The server and the reply are
+FedAvg's; only what a region trains and is judged with changes."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from conftest import SMALL_DEMO
 from test_training import SHORT_TRAINING
 
-from fedmc_flwr.config import FederationConfig, learner_plan, load_config
+from fedmc_flwr.config import ConfigError, FederationConfig, learner_plan, load_config
 from fedmc_flwr.evaluation import evaluate
 from fedmc_flwr.federation.client_app import (
     adopt_global,
@@ -44,6 +45,7 @@ def test_personal_variants_are_named_for_what_a_region_keeps() -> None:
     assert policy_name(FederationConfig(fine_tuned=True)) == "ppo-fedavg-fine-tuned"
     both = FederationConfig(proximal_mu=0.01, personal_statistics=True, fine_tuned=True)
     assert policy_name(both) == "ppo-fedprox-own-stats-fine-tuned"
+    assert policy_name(FederationConfig(global_share=0.5)) == "ppo-fedavg-mix0.5"
 
 
 @pytest.mark.parametrize("personal", [False, True])
@@ -115,3 +117,46 @@ def test_a_region_with_its_own_critic_never_takes_the_global_one(tmp_path, local
         kept = local and k in critic
         np.testing.assert_array_equal(array, critic[k] if kept else zeros[k])
     assert policy_name(cfg.federation).endswith("-own-critic") == local
+
+
+def test_a_mixing_region_starts_its_round_from_the_share_of_global_and_own_worked_by_hand(
+    tmp_path,
+) -> None:
+    """Global weights of 4 everywhere and a region's own of 2: a share of 0.25 gives
+    0.25 * 4 + 0.75 * 2 = 2.5 in every network array; the statistics are the global ones."""
+    cfg = _tiny(tmp_path, "federation.global_share=0.25")
+    learner = PPOLearner(learner_plan(cfg, [0]), seed=0)
+    networks = len(learner.params)
+    own = learner.get_weights()
+    learner.set_weights([np.full_like(a, 2.0) for a in own[:networks]] + own[networks:])
+    pooled = _with_statistics(own, count=1e9, mean=50.0)
+    start = [np.full_like(a, 4.0) for a in pooled[:networks]] + pooled[networks:]
+    adopt_global(learner, start, cfg.federation, has_own=True)
+    for array in learner.get_weights()[:networks]:
+        np.testing.assert_array_equal(array, np.full_like(array, 2.5))
+    assert learner.norm.total.count == 1e9 and np.isclose(learner.norm.total.mean, 50.0).all()
+    fresh = PPOLearner(learner_plan(cfg, [0]), seed=0)  # no state yet: the global network
+    adopt_global(fresh, start, cfg.federation, has_own=False)
+    for array in fresh.get_weights()[:networks]:
+        np.testing.assert_array_equal(array, np.full_like(array, 4.0))
+
+
+def test_a_mixing_region_is_judged_with_its_own_network(tmp_path) -> None:
+    cfg = _tiny(tmp_path, "federation.global_share=0.5")
+    state = tmp_path / "state"
+    start = initial_weights(cfg)
+    update, _ = train_region(cfg, 0, start, 1, state)
+    rng = np.random.default_rng(0)  # a global network far from its own, not a multiple of it
+    networks = len(update) - len(STATISTICS) * MOMENT_ARRAYS
+    other = [rng.normal(size=a.shape).astype(np.float32) for a in update[:networks]]
+    judged, _ = evaluate_region(cfg, 0, [*other, *update[networks:]], state, 1)
+    own = PPOLearner(learner_plan(cfg, [0]), seed=0)
+    own.load(round_file(state_dir_of(state, cfg, 0), 1))
+    expected = evaluate(lambda sim: own.policy("x"), cfg, 0)
+    np.testing.assert_array_equal(judged.per_seed_reward, expected.per_seed_reward)
+
+
+@pytest.mark.parametrize("share", [-0.1, 1.5])
+def test_a_global_share_outside_zero_to_one_is_refused(tmp_path, share) -> None:
+    with pytest.raises(ConfigError, match=r"federation\.global_share"):
+        _tiny(tmp_path, f"federation.global_share={share}")

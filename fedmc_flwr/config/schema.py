@@ -431,6 +431,15 @@ class FederationConfig:
     """Each region is judged with its own network after the round's local training from
     the global one (FedAvg with local fine-tuning), not with the global network; training
     and aggregation are FedAvg's."""
+    global_share: float = 1.0
+    """The share of the global network in the network each region starts its round from;
+    the rest is the region's own network as it left its previous round (model mixing:
+    Hanzely and Richtarik 2020, Deng et al.'s APFL 2020). Where regions differ, the
+    average pulls each region toward what suits none of them, and a region alone learns
+    only from its own experience; a share between keeps what the region learned for itself
+    and still takes what the others learned. 1 is FedAvg. Below 1, a region is judged with
+    its own network as it left its last round (the one it dispatches with); the server
+    averages the regions' networks as ever, and the statistics stay pooled."""
     join_rounds: list[int] = field(default_factory=list)
     """The round each region joins in (empty: every region in round 1). Before it a region
     neither trains nor is evaluated, and it is no failed region; in it, it starts from the

@@ -139,12 +139,17 @@ def adopt_global(
 ) -> None:
     """The learner takes the global weights and statistics, but for what its region keeps
     for itself: its own statistics (`personal_statistics`; none yet in its first round),
-    its own critic (`local_critic`), and, when it is judged, its own fine-tuned network
-    and all (`fine_tuned`). `has_own`:
-    the learner holds the region's saved state."""
-    if judging and federation.fine_tuned and has_own:
+    its own critic (`local_critic`), its own network's share (`global_share`), and, when
+    it is judged, its own fine-tuned or mixed network and all (`fine_tuned`,
+    `global_share`). `has_own`: the learner holds the region's saved state."""
+    personal_network = federation.fine_tuned or federation.global_share < 1
+    if judging and personal_network and has_own:
         return  # judged as it left its last local round
     own = (learner.norm.total, learner.return_norm.total)
+    if federation.global_share < 1 and has_own:
+        weights = mixed(
+            weights, learner.get_weights(), len(learner.params), federation.global_share
+        )
     if federation.local_critic and has_own:
         critic = learner.critic_arrays()
         weights = [critic.get(k, array) for k, array in enumerate(weights)]
@@ -154,6 +159,17 @@ def adopt_global(
             own = tuple(Moments.empty(len(m.mean)) for m in own)
         learner.norm.start_from(own[0])
         learner.return_norm.start_from(own[1])
+
+
+def mixed(global_weights: Weights, own: Weights, networks: int, share: float) -> Weights:
+    """`share` of the global network plus the rest of the region's own, array by array
+    (float32, as the network holds them), for the first `networks` arrays; the global
+    statistics after them as they came."""
+    blend = [
+        (share * g.astype(np.float64) + (1 - share) * o.astype(np.float64)).astype(np.float32)
+        for g, o in zip(global_weights[:networks], own[:networks], strict=True)
+    ]
+    return [*blend, *global_weights[networks:]]
 
 
 def evaluate_region(
@@ -167,7 +183,10 @@ def evaluate_region(
     but for what the region keeps for itself (`adopt_global`), read from its newest state
     up to `server_round` under `state_dir` (None: the global policy as it is)."""
     learner = PPOLearner(learner_plan(cfg, [region]), seed=learner_seed(cfg.seed, region))
-    personal = cfg.federation.personal_statistics or cfg.federation.fine_tuned
+    federation = cfg.federation
+    personal = (
+        federation.personal_statistics or federation.fine_tuned or federation.global_share < 1
+    )
     saved = []
     if personal and state_dir is not None:
         folder = state_dir_of(state_dir, cfg, region)

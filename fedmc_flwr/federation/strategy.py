@@ -15,9 +15,10 @@ with fewer than `federation.min_regions` healthy regions stops the run with a
 recorder hears of every reply as it arrives, not only when the round's last one is in.
 
 The regions evaluate the global policy themselves (with what each keeps for itself, under
-`federation.personal_statistics` or `fine_tuned`: `client_app.adopt_global`); the strategy
-hands Flower no loss for it (Flower would print it as a "loss" history that is only the
-negative reward), and no centralised evaluation (`evaluate` returns None).
+`federation.personal_statistics`, `fine_tuned` or `global_share`:
+`client_app.adopt_global`); the strategy hands Flower no loss for it (Flower would print
+it as a "loss" history that is only the negative reward), and no centralised evaluation
+(`evaluate` returns None).
 
 Each node speaks only for its own regions. Before each round the strategy fixes which
 partition every node serves (`partitions`: by rank for the simulation's virtual nodes, by

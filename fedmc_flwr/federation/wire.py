@@ -42,6 +42,7 @@ def policy_name(federation: FederationConfig) -> str:
         ["own-stats"] * federation.personal_statistics
         + ["own-critic"] * federation.local_critic
         + ["fine-tuned"] * federation.fine_tuned
+        + ([f"mix{federation.global_share:g}"] if federation.global_share < 1 else [])
     )
     return "-".join(["ppo", *(client + server or ["fedavg"]), *personal])
 
