@@ -203,7 +203,9 @@ def test_cli_summary_only_and_an_unknown_baseline(swept: Path, capsys) -> None:
 def test_shipped_sweeps_load() -> None:
     default = load_sweep(CONF / "sweeps" / "default.yaml")
     assert {c.kind for c in default.cells} == {"federated", "centralised", "local"}
-    assert len(default.cells) == 15 and default.baseline == "sed"
+    assert len(default.cells) == 25 and default.baseline == "sed"
+    shares = {c.cfg.federation.global_share for c in default.cells if c.kind == "federated"}
+    assert shares == {1.0, 0.5, 0.25}
     assert {c.cfg.ppo.policy for c in default.cells} == {"two-tier"}
     variants = load_sweep(CONF / "sweeps" / "federation_variants.yaml")
     assert len(variants.cells) == 25 and variants.baseline in {c.variant for c in variants.cells}
