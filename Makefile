@@ -80,8 +80,8 @@ SWEEPS ?= two_tier_tuning learner_tuning default plateau trace_dc node_scorer la
 	rare_events rare_events_at1 rare_events_at2 rare_slowdowns rare_slowdowns_at1 rare_slowdowns_at2 \
 	rare_slowdowns_at1_rollout32 rare_slowdowns_tries drift_region many_small_regions \
 	many_small_regions_tries many_small_regions_steps federating_diagnosis federating_tries \
-	drift_correction drift_correction_busy_region default_fedexp default_mix busy_region_mix rare_slowdowns_fedexp \
-	rare_slowdowns_transfer rare_slowdowns_spread declared_size declared_size_error \
+	drift_correction drift_correction_busy_region default_fedexp default_mix busy_region_mix \
+	rare_slowdowns_fedexp rare_slowdowns_transfer rare_slowdowns_spread declared_size declared_size_error \
 	declared_size_estate declared_size_estate_lognormal
 TRANSFERS ?= 10x20 20x50
 SEEDS ?= 0 1 2 3 4

@@ -82,7 +82,6 @@ _RANGES: dict[str, _Check] = {
     "world.slowdown_rate": (_unit_half_open, "a probability in [0, 1)"),
     "world.slowdown_mean_s": (_positive, "a number > 0"),
     "world.slowdown_share": (lambda v: 0 < v <= 1, "a share of the speed in (0, 1]"),
-    "federation.global_share": (lambda v: 0 <= v <= 1, "a share in [0, 1]"),
     "world.warmup_jobs": (lambda v: 0 <= v <= 100_000, "an integer from 0 to 100000"),
     "world.trace_step_s": (_positive, "a number of trace seconds > 0"),
     "world.trace_speedup": (_positive, "a number > 0"),
@@ -111,6 +110,7 @@ _RANGES: dict[str, _Check] = {
     "train.steps_per_round": (_positive, "an integer > 0"),
     "federation.mu": (_unit_half_open, "a number in [0, 1)"),
     "federation.proximal_mu": (_non_negative, "a number >= 0"),
+    "federation.global_share": (lambda v: 0 <= v <= 1, "a share in [0, 1]"),
     "federation.trim_fraction": (lambda v: 0 < v < 0.5, "a number in (0, 0.5)"),
     "federation.byzantine": (
         lambda v: v == "auto" or (type(v) is int and v >= 0),

@@ -526,7 +526,9 @@ def screen(
 
 
 def shrink(average: Sequence[np.ndarray], previous: Sequence[np.ndarray], mu: float) -> Weights:
-    """The server shrink: `(1 - mu) * average + mu * previous`, array by array (a damped FedAvg)."""
+    """`(1 - mu) * average + mu * previous`, array by array: the server shrink (a damped
+    FedAvg), and a mixing region's start, its own network moved `mu` of the way to the
+    global one (`client_app.adopt_global`)."""
     if not 0.0 <= mu < 1.0:
         raise ValueError(f"mu must lie in [0, 1), got {mu}")
     return [

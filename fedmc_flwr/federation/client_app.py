@@ -47,6 +47,7 @@ from fedmc_flwr.config import (
 )
 from fedmc_flwr.evaluation import EvalResult, evaluate
 from fedmc_flwr.federation import faults, wire
+from fedmc_flwr.federation.aggregation import shrink
 from fedmc_flwr.federation.bundle import bundle, unbundle
 from fedmc_flwr.federation.console import quiet_flower
 from fedmc_flwr.federation.control_variates import train_corrected
@@ -142,14 +143,14 @@ def adopt_global(
     its own critic (`local_critic`), its own network's share (`global_share`), and, when
     it is judged, its own fine-tuned or mixed network and all (`fine_tuned`,
     `global_share`). `has_own`: the learner holds the region's saved state."""
-    personal_network = federation.fine_tuned or federation.global_share < 1
-    if judging and personal_network and has_own:
+    if judging and judged_on_own_network(federation) and has_own:
         return  # judged as it left its last local round
     own = (learner.norm.total, learner.return_norm.total)
     if federation.global_share < 1 and has_own:
-        weights = mixed(
-            weights, learner.get_weights(), len(learner.params), federation.global_share
-        )
+        networks = len(learner.params)  # the statistics after them stay the global ones
+        mine = learner.get_weights()[:networks]
+        start = shrink(mine, weights[:networks], mu=federation.global_share)
+        weights = [*start, *weights[networks:]]
     if federation.local_critic and has_own:
         critic = learner.critic_arrays()
         weights = [critic.get(k, array) for k, array in enumerate(weights)]
@@ -161,15 +162,10 @@ def adopt_global(
         learner.return_norm.start_from(own[1])
 
 
-def mixed(global_weights: Weights, own: Weights, networks: int, share: float) -> Weights:
-    """`share` of the global network plus the rest of the region's own, array by array
-    (float32, as the network holds them), for the first `networks` arrays; the global
-    statistics after them as they came."""
-    blend = [
-        (share * g.astype(np.float64) + (1 - share) * o.astype(np.float64)).astype(np.float32)
-        for g, o in zip(global_weights[:networks], own[:networks], strict=True)
-    ]
-    return [*blend, *global_weights[networks:]]
+def judged_on_own_network(federation: FederationConfig) -> bool:
+    """Whether a region is judged with its own network as its last round left it, not the
+    global one: it dispatches with that network (`fine_tuned`, `global_share` below 1)."""
+    return federation.fine_tuned or federation.global_share < 1
 
 
 def evaluate_region(
@@ -183,10 +179,7 @@ def evaluate_region(
     but for what the region keeps for itself (`adopt_global`), read from its newest state
     up to `server_round` under `state_dir` (None: the global policy as it is)."""
     learner = PPOLearner(learner_plan(cfg, [region]), seed=learner_seed(cfg.seed, region))
-    federation = cfg.federation
-    personal = (
-        federation.personal_statistics or federation.fine_tuned or federation.global_share < 1
-    )
+    personal = cfg.federation.personal_statistics or judged_on_own_network(cfg.federation)
     saved = []
     if personal and state_dir is not None:
         folder = state_dir_of(state_dir, cfg, region)
