@@ -107,6 +107,7 @@ speedup: setup
 	$(BIN)/fedmc speedup --config conf/speedup_server_step.yaml
 	$(BIN)/fedmc speedup --config conf/speedup_fedexp.yaml
 	$(BIN)/fedmc speedup --config conf/speedup_one_update_fedexp.yaml
+	$(BIN)/fedmc speedup --config conf/speedup_one_update_server_step.yaml
 
 # The exact optimum of small queueing systems against SED, JSQ and the CLI's learner
 # (bench/bench_optimum.py; the table about an hour on a quiet 2-core machine, the learner

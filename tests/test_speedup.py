@@ -13,8 +13,8 @@ from conftest import CONF
 from fedmc_flwr.analysis.results_doc import SPEEDUPS, speedup_section
 from fedmc_flwr.analysis.speedup import COLUMNS, markdown, per_cell, read_speedup, summary
 from fedmc_flwr.cli import main as fedmc
-from fedmc_flwr.config import ConfigError
-from fedmc_flwr.experiments.speedup import load_plan, run_speedup
+from fedmc_flwr.config import ConfigError, ExperimentConfig
+from fedmc_flwr.experiments.speedup import federate, load_plan, run_speedup
 
 BASELINE = np.array([-1.0, -1.2, -0.9, -1.1, -1.05])
 """The baseline's reward on five held-out worlds."""
@@ -138,3 +138,25 @@ def test_the_results_section_is_the_table_and_plot_or_the_command(tmp_path: Path
 def test_each_shipped_speedup_file_names_its_plan_as_the_file(config: Path) -> None:
     """docs/results.md finds a plan's results under the file's name."""
     assert load_plan(config).name == config.stem
+
+
+def test_one_region_learns_alone_whatever_the_plans_server_step(tmp_path: Path) -> None:
+    """The speed-up's reference is a region by itself: a plan's server step moves the
+    federations of two, not the lone region."""
+    plain = load_plan(tiny_plan(tmp_path)).config()
+    stepped = load_plan(
+        tiny_plan(tmp_path),
+        [
+            "federation.server_optimizer=fedavgm",
+            "federation.server_momentum=0",
+            "federation.server_learning_rate=3",
+        ],
+    ).config()
+
+    def last(cfg: ExperimentConfig, size: int) -> list[np.ndarray]:
+        return federate(cfg, 0, size)[-1][1]
+
+    for ours, theirs in zip(last(stepped, 1), last(plain, 1), strict=True):
+        np.testing.assert_array_equal(ours, theirs)
+    two = zip(last(stepped, 2), last(plain, 2), strict=True)
+    assert any(not np.array_equal(ours, theirs) for ours, theirs in two)

@@ -118,10 +118,23 @@ def _stamp(plan: Plan, cfg: ExperimentConfig) -> str:
     return yaml.safe_dump(grid) + to_yaml(cfg)
 
 
+def alone(cfg: ExperimentConfig) -> ExperimentConfig:
+    """`cfg` for a region learning by itself: no server step, no drift correction. Every
+    size's steps are read against one region's, and a region alone has no server to
+    extrapolate its update nor other regions to drift from: a plan that steps the server
+    would otherwise slow (or speed) its own reference and flatter (or hide) the speed-up."""
+    federation = dataclasses.replace(
+        cfg.federation, server_optimizer="none", drift_correction="none"
+    )
+    return dataclasses.replace(cfg, federation=federation)
+
+
 def federate(cfg: ExperimentConfig, region: int, size: int) -> list[tuple[int, list[np.ndarray]]]:
     """FedAvg (or the configured server step and drift correction) of `size` regions
     trained on `region`'s worlds for `cfg.train.rounds` rounds: the global weights after
-    each round."""
+    each round. One region learns `alone`."""
+    if size == 1:
+        cfg = alone(cfg)
     plan = learner_plan(cfg, [region])
     learners = [PPOLearner(plan, learner_seed(cfg.seed, k)) for k in range(size)]
     weights = initial_weights(cfg)
