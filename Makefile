@@ -101,13 +101,14 @@ results: setup
 
 # The speed-up of federation: 1, 2, 4 and 8 identical regions, the steps per region until
 # the federated policy beats SED (fedmc speedup; finished cells are kept), under FedAvg
-# and with the server's own step, fixed and FedExP's.
+# and with the server's own step, fixed and FedExP's; and the same experience pooled.
 speedup: setup
 	$(BIN)/fedmc speedup --config conf/speedup.yaml
 	$(BIN)/fedmc speedup --config conf/speedup_server_step.yaml
 	$(BIN)/fedmc speedup --config conf/speedup_fedexp.yaml
 	$(BIN)/fedmc speedup --config conf/speedup_one_update_fedexp.yaml
 	$(BIN)/fedmc speedup --config conf/speedup_one_update_server_step.yaml
+	$(BIN)/fedmc speedup --config conf/speedup_pooled.yaml
 
 # The exact optimum of small queueing systems against SED, JSQ and the CLI's learner
 # (bench/bench_optimum.py; the table about an hour on a quiet 2-core machine, the learner

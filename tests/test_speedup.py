@@ -160,3 +160,22 @@ def test_one_region_learns_alone_whatever_the_plans_server_step(tmp_path: Path) 
         np.testing.assert_array_equal(ours, theirs)
     two = zip(last(stepped, 2), last(plain, 2), strict=True)
     assert any(not np.array_equal(ours, theirs) for ours, theirs in two)
+
+
+def test_a_pooled_plan_trains_one_learner_on_every_regions_worlds(tmp_path: Path) -> None:
+    """Under `pooled: true` a size of 2 is one learner on twice the envs: the rows of a
+    plain plan's one region given twice the envs, and a folder of either kind refuses
+    the other."""
+    for folder in ("pooled", "doubled"):
+        (tmp_path / folder).mkdir()
+    pooled = tiny_plan(tmp_path / "pooled")
+    pooled.write_text(pooled.read_text() + "pooled: true\n")
+    rows = read_speedup(run_speedup(load_plan(pooled)))
+    doubled = tiny_plan(tmp_path / "doubled")
+    reference = read_speedup(run_speedup(load_plan(doubled, ["ppo.num_envs=4"])))
+    ours = rows[rows["regions"] == 2].drop(columns="regions").reset_index(drop=True)
+    theirs = reference[reference["regions"] == 1].drop(columns="regions")
+    pd.testing.assert_frame_equal(ours, theirs.reset_index(drop=True))
+    plain = tiny_plan(tmp_path / "pooled")  # the same folder, without `pooled`
+    with pytest.raises(ConfigError, match="another config"):
+        run_speedup(load_plan(plain))

@@ -63,10 +63,11 @@ SPEEDUPS = (
     Path("conf/speedup_fedexp.yaml"),
     Path("conf/speedup_one_update_fedexp.yaml"),
     Path("conf/speedup_one_update_server_step.yaml"),
+    Path("conf/speedup_pooled.yaml"),
 )
 """The speed-up files whose results the page shows: FedAvg, then the server's own step, fixed
 and FedExP's, after every fourth update of a region, then FedExP's and fixed after every
-one."""
+one, then the same experience pooled in one learner (the reference)."""
 OPTIMUM_PARTS = (
     ("table", "The optimum against SED, JSQ and random, solved exactly"),
     ("learner", "The CLI's learner against the optimum, in the world made that system"),

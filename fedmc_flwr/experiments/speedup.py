@@ -10,6 +10,11 @@ worlds (`eval.split`) beside the baseline dispatcher, world by world. From the r
 baseline (paired over the held-out worlds, 95% interval above 0) and the return at the
 budget, for each federation size.
 
+A plan with `pooled: true` measures the reference instead: for each size k, one learner on
+k regions' worth of worlds at once (k times the envs, the same steps per env and updates,
+each update on k times the rows), what a federation of k would learn if its regions'
+experience were pooled in one place.
+
 The rounds run in this process, through the federation's own pieces: each region's
 learner adopts the global weights as a Flower client does (`client_app.adopt_global`) and
 the server combines the updates with the strategy's `aggregate` and `server_step`. Why
@@ -56,14 +61,25 @@ from fedmc_flwr.seeds import learner_seed
 
 PLAN_FILE = "plan.yaml"
 """The resolved experiment and grid a results folder was measured with."""
-PLAN_KEYS = {"name", "experiment", "region", "federations", "seeds", "baseline", "overrides"}
+PLAN_KEYS = {
+    "name",
+    "experiment",
+    "region",
+    "federations",
+    "seeds",
+    "baseline",
+    "overrides",
+    "pooled",
+}
 
 
 @dataclass(frozen=True)
 class Plan:
     """What `conf/speedup.yaml` asks for: the base experiment (a YAML and dotted
     overrides), the region whose worlds every region trains on, the federation sizes, the
-    training seeds and the dispatcher to beat."""
+    training seeds and the dispatcher to beat. With `pooled`, a size k is not k regions
+    but one learner on k regions' worth of worlds (k times `ppo.num_envs`): the same
+    experience pooled, the reference a federation of k is measured against."""
 
     name: str
     experiment: Path
@@ -72,6 +88,7 @@ class Plan:
     seeds: tuple[int, ...]
     baseline: str = "sed"
     overrides: tuple[str, ...] = ()
+    pooled: bool = False
 
     def config(self) -> ExperimentConfig:
         """The base experiment with the plan's overrides: what every cell trains with."""
@@ -101,6 +118,7 @@ def load_plan(path: Path, overrides: Sequence[str] = ()) -> Plan:
             seeds=tuple(int(s) for s in raw["seeds"]),
             baseline=str(raw.get("baseline", "sed")),
             overrides=(*map(str, raw.get("overrides", [])), *overrides),
+            pooled=bool(raw.get("pooled", False)),
         )
     except KeyError as exc:
         raise ConfigError(f"{path}: missing key {exc.args[0]!r}") from None
@@ -114,7 +132,9 @@ def load_plan(path: Path, overrides: Sequence[str] = ()) -> Plan:
 def _stamp(plan: Plan, cfg: ExperimentConfig) -> str:
     """The plan and resolved experiment, as plan.yaml holds them: a folder measured with
     another config is refused rather than mixed."""
-    grid = {"region": plan.region, "baseline": plan.baseline}
+    grid: dict[str, object] = {"region": plan.region, "baseline": plan.baseline}
+    if plan.pooled:
+        grid["pooled"] = True
     return yaml.safe_dump(grid) + to_yaml(cfg)
 
 
@@ -165,15 +185,25 @@ def federate(cfg: ExperimentConfig, region: int, size: int) -> list[tuple[int, l
     return rounds
 
 
+def pool(cfg: ExperimentConfig, size: int) -> ExperimentConfig:
+    """`cfg` for one learner on `size` regions' worth of worlds at once (`size` times the
+    envs): every region's experience pooled, in the same steps per env and updates as each
+    region of a federation makes, each update on `size` times the rows."""
+    ppo = dataclasses.replace(cfg.ppo, num_envs=cfg.ppo.num_envs * size)
+    return alone(dataclasses.replace(cfg, ppo=ppo))
+
+
 def run_cell(
-    cfg: ExperimentConfig, region: int, size: int, baseline: np.ndarray
+    cfg: ExperimentConfig, region: int, size: int, baseline: np.ndarray, pooled: bool = False
 ) -> list[dict[str, float | int]]:
     """One cell's rows: after every round, the global greedy policy's reward on each
-    held-out world of `region` beside `baseline`'s on the same world."""
+    held-out world of `region` beside `baseline`'s on the same world; with `pooled`, the
+    policy of one learner on `size` regions' worlds (`pool`)."""
     judge = PPOLearner(learner_plan(cfg, [region]), learner_seed(cfg.seed))
     name = policy_name(cfg.federation)
     rows = []
-    for rnd, weights in federate(cfg, region, size):
+    trained = federate(pool(cfg, size), region, 1) if pooled else federate(cfg, region, size)
+    for rnd, weights in trained:
         judge.set_weights(weights)
         result = evaluate(lambda sim: judge.policy(name), cfg, region)
         rows += [
@@ -237,7 +267,8 @@ def run_speedup(plan: Plan, command: str = "") -> Path:
     baseline = evaluate(lambda sim: dispatcher(sim), cfg, plan.region).per_seed_reward
     for size, seed in todo:
         start = time.perf_counter()
-        rows = run_cell(dataclasses.replace(cfg, seed=seed), plan.region, size, baseline)
+        cell = dataclasses.replace(cfg, seed=seed)
+        rows = run_cell(cell, plan.region, size, baseline, plan.pooled)
         fresh = pd.DataFrame(rows, columns=COLUMNS)
         frame = pd.concat([frame, fresh], ignore_index=True) if len(frame) else fresh
         _write(frame, csv)
