@@ -188,9 +188,10 @@ def federate(cfg: ExperimentConfig, region: int, size: int) -> list[tuple[int, l
 def pool(cfg: ExperimentConfig, size: int) -> ExperimentConfig:
     """`cfg` for one learner on `size` regions' worth of worlds at once (`size` times the
     envs): every region's experience pooled, in the same steps per env and updates as each
-    region of a federation makes, each update on `size` times the rows."""
+    region of a federation makes, each update on `size` times the rows. `federate` trains
+    it as one region, `alone`."""
     ppo = dataclasses.replace(cfg.ppo, num_envs=cfg.ppo.num_envs * size)
-    return alone(dataclasses.replace(cfg, ppo=ppo))
+    return dataclasses.replace(cfg, ppo=ppo)
 
 
 def run_cell(
