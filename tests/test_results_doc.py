@@ -138,3 +138,7 @@ def test_a_description_keeps_the_commands_it_names_and_drops_the_one_that_runs_i
         "name: x\n# not part of it\n"
     )
     assert description(config) == "The learner as `fedmc run` trains it, and warm-started. 5 seeds."
+    config.write_text(
+        "# Eight regions.\n# `fedmc speedup --config conf/speedup.yaml` measures it.\n"
+    )
+    assert description(config) == "Eight regions."

@@ -196,14 +196,14 @@ judged"). Test worlds report; validation worlds (`eval.split=validation`) only t
 
 def description(config_file: Path) -> str:
     """A sweep's or a config's leading comment, as one paragraph; the command that runs
-    it, its last sentence, is left out (the provenance line names it), and a command
-    the text names on the way stays."""
+    it, its last sentence ("`fedmc ...`" or "`fedmc ...` measures it."), is left out
+    (the provenance line names it), and a command the text names on the way stays."""
     lines = []
     for line in config_file.read_text().splitlines():
         if not line.startswith("#"):
             break
         lines.append(line.lstrip("#").strip())
-    return re.sub(r"\s*`fedmc [^`]*`[.\s]*$", "", " ".join(lines)).strip()
+    return re.sub(r"\s*`fedmc [^`]*`(\s+measures it)?[.\s]*$", "", " ".join(lines)).strip()
 
 
 def provenance_line(out_dir: Path) -> str:
