@@ -14,7 +14,7 @@ from fedmc_flwr.analysis.results_doc import SPEEDUPS, speedup_section
 from fedmc_flwr.analysis.speedup import COLUMNS, markdown, per_cell, read_speedup, summary
 from fedmc_flwr.cli import main as fedmc
 from fedmc_flwr.config import ConfigError, ExperimentConfig
-from fedmc_flwr.experiments.speedup import federate, load_plan, run_speedup
+from fedmc_flwr.experiments.speedup import cell_training, federate, load_plan, run_speedup
 
 BASELINE = np.array([-1.0, -1.2, -0.9, -1.1, -1.05])
 """The baseline's reward on five held-out worlds."""
@@ -154,12 +154,16 @@ def test_one_region_learns_alone_whatever_the_plans_server_step(tmp_path: Path) 
     ).config()
 
     def last(cfg: ExperimentConfig, size: int) -> list[np.ndarray]:
-        return federate(cfg, 0, size)[-1][1]
+        trained, regions = cell_training(cfg, size)
+        return federate(trained, 0, regions)[-1][1]
 
     for ours, theirs in zip(last(stepped, 1), last(plain, 1), strict=True):
         np.testing.assert_array_equal(ours, theirs)
     two = zip(last(stepped, 2), last(plain, 2), strict=True)
     assert any(not np.array_equal(ours, theirs) for ours, theirs in two)
+    # `federate` itself still steps a one-region federation (bench_optimum trains with it)
+    one = zip(federate(stepped, 0, 1)[-1][1], federate(plain, 0, 1)[-1][1], strict=True)
+    assert any(not np.array_equal(ours, theirs) for ours, theirs in one)
 
 
 def test_a_pooled_plan_trains_one_learner_on_every_regions_worlds(tmp_path: Path) -> None:

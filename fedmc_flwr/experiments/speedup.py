@@ -152,9 +152,7 @@ def alone(cfg: ExperimentConfig) -> ExperimentConfig:
 def federate(cfg: ExperimentConfig, region: int, size: int) -> list[tuple[int, list[np.ndarray]]]:
     """FedAvg (or the configured server step and drift correction) of `size` regions
     trained on `region`'s worlds for `cfg.train.rounds` rounds: the global weights after
-    each round. One region learns `alone`."""
-    if size == 1:
-        cfg = alone(cfg)
+    each round."""
     plan = learner_plan(cfg, [region])
     learners = [PPOLearner(plan, learner_seed(cfg.seed, k)) for k in range(size)]
     weights = initial_weights(cfg)
@@ -188,10 +186,21 @@ def federate(cfg: ExperimentConfig, region: int, size: int) -> list[tuple[int, l
 def pool(cfg: ExperimentConfig, size: int) -> ExperimentConfig:
     """`cfg` for one learner on `size` regions' worth of worlds at once (`size` times the
     envs): every region's experience pooled, in the same steps per env and updates as each
-    region of a federation makes, each update on `size` times the rows. `federate` trains
-    it as one region, `alone`."""
+    region of a federation makes, each update on `size` times the rows."""
     ppo = dataclasses.replace(cfg.ppo, num_envs=cfg.ppo.num_envs * size)
     return dataclasses.replace(cfg, ppo=ppo)
+
+
+def cell_training(
+    cfg: ExperimentConfig, size: int, pooled: bool = False
+) -> tuple[ExperimentConfig, int]:
+    """The config and the number of regions a cell of `size` trains (`federate`): `size`
+    regions, or under `pooled` one learner on their worlds (`pool`); a single region
+    learns `alone`. The speed-up's own choice, kept out of `federate`, which trains a
+    one-region federation as `fedmc run` does for other callers."""
+    if pooled:
+        cfg, size = pool(cfg, size), 1
+    return (alone(cfg), 1) if size == 1 else (cfg, size)
 
 
 def run_cell(
@@ -203,8 +212,8 @@ def run_cell(
     judge = PPOLearner(learner_plan(cfg, [region]), learner_seed(cfg.seed))
     name = policy_name(cfg.federation)
     rows = []
-    trained = federate(pool(cfg, size), region, 1) if pooled else federate(cfg, region, size)
-    for rnd, weights in trained:
+    trained, regions = cell_training(cfg, size, pooled)
+    for rnd, weights in federate(trained, region, regions):
         judge.set_weights(weights)
         result = evaluate(lambda sim: judge.policy(name), cfg, region)
         rows += [
