@@ -8,10 +8,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 from conftest import CONF
 
 from fedmc_flwr.analysis.results_doc import SPEEDUPS, speedup_section
-from fedmc_flwr.analysis.speedup import COLUMNS, markdown, per_cell, read_speedup, summary
+from fedmc_flwr.analysis.speedup import (
+    COLUMNS,
+    markdown,
+    overview,
+    per_cell,
+    read_speedup,
+    server_label,
+    summary,
+)
 from fedmc_flwr.cli import main as fedmc
 from fedmc_flwr.config import ConfigError, ExperimentConfig
 from fedmc_flwr.experiments.speedup import cell_training, federate, load_plan, run_speedup
@@ -183,3 +192,111 @@ def test_a_pooled_plan_trains_one_learner_on_every_regions_worlds(tmp_path: Path
     plain = tiny_plan(tmp_path / "pooled")  # the same folder, without `pooled`
     with pytest.raises(ConfigError, match="another config"):
         run_speedup(load_plan(plain))
+
+
+def test_a_plan_that_inherits_changes_only_what_it_names(tmp_path: Path) -> None:
+    """A plan measured again on another region's worlds: the parent's experiment (read
+    relative to the parent), schedule and server, with the child's region and name."""
+    parent = tiny_plan(tmp_path)
+    (tmp_path / "experiments").mkdir()
+    (tmp_path / "experiments" / "small.yaml").write_text(
+        f"inherits: {CONF / 'many_small_regions.yaml'}\nname: small\n"
+    )
+    parent.write_text(
+        parent.read_text().replace(str(CONF / "many_small_regions.yaml"), "experiments/small.yaml")
+    )
+    child = tmp_path / "other" / "speedup_region3.yaml"
+    child.parent.mkdir()
+    child.write_text("inherits: ../speedup.yaml\nname: speedup_region3\nregion: 3\n")
+    plan, base = load_plan(child), load_plan(parent)
+    assert (plan.name, plan.region) == ("speedup_region3", 3)
+    assert (
+        plan.experiment.resolve()
+        == base.experiment.resolve()
+        == tmp_path / "experiments" / "small.yaml"
+    )
+    assert (plan.federations, plan.seeds, plan.overrides) == (
+        base.federations,
+        base.seeds,
+        base.overrides,
+    )
+    assert plan.config() == base.config()
+    child.write_text("inherits: ../speedup.yaml\nregion: 3\n")
+    with pytest.raises(ConfigError, match="names its own plan"):
+        load_plan(child)
+    child.write_text("inherits: speedup_region3.yaml\nname: loop\n")
+    with pytest.raises(ConfigError, match="inherits from itself"):
+        load_plan(child)
+    child.write_text("inherits: ../speedup.yaml\nname: x\nregoin: 3\n")
+    with pytest.raises(ConfigError, match="unknown keys \\['regoin'\\]"):
+        load_plan(child)
+
+
+def stamped(folder: Path, region: int, pooled: bool = False, **federation: object) -> Path:
+    """A results folder of hand_made's rows, stamped as measured on `region`'s worlds
+    of many_small_regions with the given federation settings."""
+    folder.mkdir(parents=True)
+    hand_made(folder / "speedup.csv")
+    settings = {"server_optimizer": "none", "server_learning_rate": 1.0}
+    settings |= {"server_momentum": 0.9, "drift_correction": "none"} | federation
+    grid = {"region": region, "baseline": "sed"} | ({"pooled": True} if pooled else {})
+    world = {"regions": 10}
+    train = {"rounds": 10, "steps_per_round": STEPS}
+    text = yaml.safe_dump(grid | {"world": world, "train": train, "federation": settings})
+    (folder / "plan.yaml").write_text(text)
+    return folder
+
+
+def test_the_overview_sets_each_measured_file_beside_the_others(tmp_path: Path) -> None:
+    """One row per measured folder, read with its own plan: the region's name, the server
+    step, each size's mean steps and the largest size's share of one region's."""
+    stepped = stamped(
+        tmp_path / "stepped",
+        1,
+        server_optimizer="fedavgm",
+        server_momentum=0.0,
+        server_learning_rate=4.0,
+    )
+    pooled = stamped(tmp_path / "pooled", 6, pooled=True)
+    one_seed = read_speedup(pooled / "speedup.csv")
+    one_seed[(one_seed["regions"] < 8) | (one_seed["train_seed"] == 0)].to_csv(
+        pooled / "speedup.csv", index=False
+    )
+    text = overview([("a.yaml", stepped), ("b.yaml", pooled), ("c.yaml", tmp_path / "none")])
+    lines = text.splitlines()
+    assert lines[0].endswith("| 1 region | 2 regions | 4 regions | 8 regions | 8 over 1 |")
+    assert lines[2] == (
+        "| `a.yaml` | europe-west9 (region 1) | 10 × 64 steps | step 4 | 448 | 256 | 160 "
+        "| > 640 | - |"
+    )
+    assert lines[3] == (
+        "| `b.yaml` | synthetic-03 (region 6) | 10 × 64 steps | none: one learner on k times "
+        "the envs | 448 | 256 | 160 | 64 | 0.14 |"
+    )
+    assert len(lines) == 4  # c.yaml: not measured, no row
+    assert overview([("c.yaml", tmp_path / "none")]) == ""
+
+
+@pytest.mark.parametrize(
+    ("federation", "label"),
+    [
+        ({}, "FedAvg"),
+        ({"server_optimizer": "fedexp", "server_learning_rate": 10.0}, "FedExP, at most 10"),
+        (
+            {"server_optimizer": "fedavgm", "server_learning_rate": 2.0},
+            "FedAvgM, step 2, momentum 0.9",
+        ),
+        ({"server_optimizer": "fedadam", "server_learning_rate": 0.1}, "FedAdam, step 0.1"),
+        ({"drift_correction": "scaffold"}, "FedAvg, scaffold"),
+    ],
+)
+def test_the_server_is_named_from_the_plan(federation: dict, label: str) -> None:
+    settings = {"server_optimizer": "none", "server_learning_rate": 1.0, "server_momentum": 0.9}
+    plan = {"federation": settings | {"drift_correction": "none"} | federation}
+    assert server_label(plan) == label
+
+
+def test_make_speedup_runs_the_files_the_page_shows() -> None:
+    text = Path("Makefile").read_text().replace("\\\n", " ")
+    line = next(line for line in text.splitlines() if line.startswith("SPEEDUPS = "))
+    assert line.split()[2:] == [config.stem for config in SPEEDUPS]

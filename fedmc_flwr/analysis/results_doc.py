@@ -64,10 +64,15 @@ SPEEDUPS = (
     Path("conf/speedup_one_update_fedexp.yaml"),
     Path("conf/speedup_one_update_server_step.yaml"),
     Path("conf/speedup_pooled.yaml"),
+    Path("conf/speedup_one_update_server_step_region1.yaml"),
+    Path("conf/speedup_pooled_region1.yaml"),
+    Path("conf/speedup_one_update_server_step_region6.yaml"),
+    Path("conf/speedup_pooled_region6.yaml"),
 )
 """The speed-up files whose results the page shows: FedAvg, then the server's own step, fixed
 and FedExP's, after every fourth update of a region, then FedExP's and fixed after every
-one, then the same experience pooled in one learner (the reference)."""
+one, then the same experience pooled in one learner (the reference); then the fixed step
+and the pooled learner again on two other regions' worlds."""
 OPTIMUM_PARTS = (
     ("table", "The optimum against SED, JSQ and random, solved exactly"),
     ("learner", "The CLI's learner against the optimum, in the world made that system"),
@@ -148,6 +153,14 @@ exchange and the aggregation.
 """
 
 NOT_MEASURED = "Not measured yet"
+SPEEDUP_OVERVIEW_INTRO = """Steps per env of each region until the federated greedy policy beats SED
+on the validation worlds of the region named (paired over the held-out worlds, 95%
+interval above 0), the mean over the training seeds; "> n": a seed did not within the
+budget of n. The last column is the largest federation's steps as a share of one
+region's (linear speed-up: 1/8 = 0.125 at 8 regions; the target: at most 0.25). One
+region learns alone in every file, with no server step, so files of the same schedule
+and region share their one-region column; a pooled file's k is one learner on k
+regions' worth of envs, the same experience a federation of k collects."""
 KEPT = "*Kept as last published: this checkout holds none of its results.*"
 
 
@@ -288,6 +301,22 @@ def speedup_section(
     )
 
 
+def speedup_overview(
+    configs: Sequence[Path] = SPEEDUPS, results_dir: Path = Path("results")
+) -> str:
+    """Every measured speed-up file in one table (`speedup.overview`), each row read from
+    its folder's plan: the section a reader compares the files in."""
+    table = speedup.overview([(str(config), results_dir / config.stem) for config in configs])
+    head = "## The speed-up of federation, file by file\n\n"
+    if not table:
+        return head + f"{NOT_MEASURED}: `make speedup` measures it.\n"
+    return (
+        f"{head}{SPEEDUP_OVERVIEW_INTRO}\n\n{table}\n"
+        "Each file's own section below gives the steps of every seed and the return at the "
+        "budget.\n"
+    )
+
+
 def _kept_note(kept: Sequence[str]) -> str:
     """The line under a federating table that names the settings whose rows are kept."""
     if not kept:
@@ -356,6 +385,7 @@ def write_results(
         costs_section(federating, sweeps_dir, page),
     ]
     sections = [
+        speedup_overview(),
         *(speedup_section(config, docs=out.parent) for config in SPEEDUPS),
         *(section(name, sweeps_dir) for name in names),
     ]

@@ -15,6 +15,9 @@ baseline dispatcher's on the same world (`baseline`). Per cell:
 The speed-up of k regions is one region's mean steps to beat the baseline over k regions'
 (linear: k); it is given only when every seed of both sizes beat it within the budget,
 since a seed that never did has no number of steps to average.
+
+`overview` sets several speed-up files side by side, each read with the plan its folder
+was measured with (plan.yaml): which region's worlds, what schedule and what server step.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 from matplotlib.figure import Figure
 
 from fedmc_flwr.analysis.statistics import (
@@ -33,8 +37,11 @@ from fedmc_flwr.analysis.statistics import (
     paired_over_seeds_and_worlds,
 )
 from fedmc_flwr.analysis.tables import with_ci
+from fedmc_flwr.sim.regions import region_catalogue
 
 SPEEDUP_FILE = "speedup.csv"
+PLAN_FILE = "plan.yaml"
+"""What a folder was measured with: the plan's grid, then the resolved experiment."""
 COLUMNS = ["regions", "train_seed", "round", "steps", "eval_seed", "reward", "baseline"]
 CELL = ["regions", "train_seed"]
 
@@ -207,3 +214,68 @@ def plot(frame: pd.DataFrame, path: Path, baseline: str = "sed") -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
     return path
+
+
+def server_label(plan: dict) -> str:
+    """How a plan's regions combine their learning, in a table's words, from its plan.yaml:
+    the pooled learner, or the server's step on the regions' mean update."""
+    if plan.get("pooled"):
+        return "none: one learner on k times the envs"
+    federation = plan["federation"]
+    step, rate = federation["server_optimizer"], federation["server_learning_rate"]
+    labels = {
+        "none": "FedAvg",
+        "fedexp": f"FedExP, at most {rate:g}",
+        "fedadam": f"FedAdam, step {rate:g}",
+        "fedavgm": f"step {rate:g}"
+        if federation["server_momentum"] == 0
+        else f"FedAvgM, step {rate:g}, momentum {federation['server_momentum']:g}",
+    }
+    label = labels[step]
+    if federation["drift_correction"] != "none":
+        label += f", {federation['drift_correction']}"
+    return label
+
+
+def overview(folders: list[tuple[str, Path]]) -> str:
+    """One row per measured speed-up folder (`(file, folder)` pairs; unmeasured ones are
+    left out): whose worlds, the rounds, the server's step, each size's mean steps to
+    beat the baseline over the seeds, and the largest size's share of one region's
+    steps. Files measured on different regions' worlds sit side by side, so a verdict
+    read on one region can be checked on the others."""
+    rows, sizes = [], set()
+    for name, folder in folders:
+        csv = folder / SPEEDUP_FILE
+        if not csv.is_file():
+            continue
+        plan = yaml.safe_load((folder / PLAN_FILE).read_text())
+        table = summary(read_speedup(csv)).set_index("regions")
+        sizes |= set(table.index)
+        region = region_catalogue(plan["world"]["regions"])[plan["region"]].name
+        rows.append((name, plan, region, table))
+    if not rows:
+        return ""
+    order = sorted(sizes)
+    largest = order[-1]
+    lines = [
+        "| file | worlds of | rounds | server | "
+        + " | ".join(f"{k} {'region' if k == 1 else 'regions'}" for k in order)
+        + f" | {largest} over 1 |",
+        "|---|---|---|---|" + "---:|" * (len(order) + 1),
+    ]
+    for name, plan, region, table in rows:
+        train = plan["train"]
+        cells = [
+            _steps(table.at[k, "steps_mean"], table.at[k, "budget"]) if k in table.index else "-"
+            for k in order
+        ]
+        measured = {1, largest} <= set(table.index)
+        steps = table["steps_mean"]
+        share = steps[largest] / steps[1] if measured else math.nan
+        lines.append(
+            f"| `{name}` | {region} (region {plan['region']}) "
+            f"| {train['rounds']} × {train['steps_per_round']} steps | {server_label(plan)} | "
+            + " | ".join(cells)
+            + f" | {'-' if np.isnan(share) else f'{share:.2f}'} |"
+        )
+    return "\n".join(lines) + "\n"

@@ -103,16 +103,38 @@ class Plan:
         return Path(cfg.results_dir) / self.name
 
 
+def _read_plan(path: Path, chain: tuple[Path, ...] = ()) -> dict:
+    """A speed-up file's keys, over those of the file it `inherits` from (next to it, and
+    so on up): a plan measured again on another region's worlds names only what differs.
+    Each file's `experiment` is read relative to that file."""
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such speed-up file")
+    if path.resolve() in chain:
+        raise ConfigError(f"{path}: inherits from itself")
+    raw = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of keys at the top level")
+    unknown = set(raw) - PLAN_KEYS - {"inherits"}
+    if unknown:
+        expected = sorted(PLAN_KEYS | {"inherits"})
+        raise ConfigError(f"{path}: unknown keys {sorted(unknown)}; expected {expected}")
+    if "experiment" in raw:
+        raw["experiment"] = path.parent / str(raw["experiment"])
+    parent = raw.pop("inherits", None)
+    if parent is None:
+        return raw
+    if "name" not in raw:
+        raise ConfigError(f"{path}: a file that inherits names its own plan (its results folder)")
+    return _read_plan(path.parent / str(parent), (*chain, path.resolve())) | raw
+
+
 def load_plan(path: Path, overrides: Sequence[str] = ()) -> Plan:
     """Read a speed-up file; `overrides` (dotted `key=value`) go after the file's own."""
-    raw = yaml.safe_load(Path(path).read_text()) or {}
-    unknown = set(raw) - PLAN_KEYS
-    if unknown:
-        raise ConfigError(f"{path}: unknown keys {sorted(unknown)}; expected {sorted(PLAN_KEYS)}")
+    raw = _read_plan(Path(path))
     try:
         plan = Plan(
             name=str(raw["name"]),
-            experiment=Path(path).parent / str(raw["experiment"]),
+            experiment=Path(raw["experiment"]),
             region=int(raw.get("region", 0)),
             federations=tuple(int(k) for k in raw["federations"]),
             seeds=tuple(int(s) for s in raw["seeds"]),
