@@ -300,3 +300,32 @@ def test_make_speedup_runs_the_files_the_page_shows() -> None:
     text = Path("Makefile").read_text().replace("\\\n", " ")
     line = next(line for line in text.splitlines() if line.startswith("SPEEDUPS = "))
     assert line.split()[2:] == [config.stem for config in SPEEDUPS]
+
+
+def test_a_federated_file_meets_the_pooled_file_of_its_region_seed_by_seed(
+    tmp_path: Path,
+) -> None:
+    """Under the table, the federation against the pooled learner of the same region and
+    schedule at the largest size both measured: seed by seed, a seed that never beat
+    the baseline counting as the most steps; a pooled file of another region is no
+    reference."""
+    stepped = stamped(tmp_path / "stepped", 1, server_optimizer="fedavgm", server_momentum=0.0)
+    pooled = stamped(tmp_path / "pooled", 1, pooled=True)
+    frame = read_speedup(pooled / "speedup.csv")
+    eight = frame["regions"] == 8
+    # the pooled learner: seed 0 beats it from round 2 (later than the federation's 1),
+    # seed 1 from round 5 (sooner than the federation's never)
+    frame.loc[eight & (frame["train_seed"] == 0) & (frame["round"] == 1), "reward"] -= 0.2
+    late = eight & (frame["train_seed"] == 1) & (frame["round"] >= 5)
+    frame.loc[late, "reward"] += 0.2
+    frame.to_csv(pooled / "speedup.csv", index=False)
+    other = stamped(tmp_path / "other", 6, pooled=True)
+    text = overview([("a.yaml", stepped), ("b.yaml", pooled), ("c.yaml", other)])
+    lines = [line for line in text.splitlines() if line.startswith("- ")]
+    assert lines == [
+        "- europe-west9 (region 1), 8 regions: `a.yaml` (step 1) beat SED in fewer steps "
+        "than `b.yaml` in 1 of 2 training seeds, as few in 0, more in 1 (means > 640 "
+        "against 224)."
+    ]
+    alone = overview([("a.yaml", stepped), ("b.yaml", stepped)])  # no pooled file
+    assert not [line for line in alone.splitlines() if line.startswith("- ")]

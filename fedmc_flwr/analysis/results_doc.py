@@ -160,7 +160,9 @@ budget of n. The last column is the largest federation's steps as a share of one
 region's (linear speed-up: 1/8 = 0.125 at 8 regions; the target: at most 0.25). One
 region learns alone in every file, with no server step, so files of the same schedule
 and region share their one-region column; a pooled file's k is one learner on k
-regions' worth of envs, the same experience a federation of k collects."""
+regions' worth of envs, the same experience a federation of k collects. Under the table,
+each federated file against the pooled file of its region and schedule, seed by seed:
+whether the federation needs fewer steps than the same experience pooled."""
 KEPT = "*Kept as last published: this checkout holds none of its results.*"
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -237,25 +238,47 @@ def server_label(plan: dict) -> str:
     return label
 
 
+class Measured(NamedTuple):
+    """One speed-up folder as the overview reads it."""
+
+    name: str
+    plan: dict
+    region: str
+    table: pd.DataFrame
+    """`summary`, indexed by size."""
+    cells: pd.DataFrame
+    """`per_cell`, indexed by size and training seed."""
+
+    def schedule(self) -> tuple[int, int, int]:
+        """Whose worlds and what rounds: what a pooled file and a federated one must
+        share to be compared seed by seed."""
+        train = self.plan["train"]
+        return self.plan["region"], train["rounds"], train["steps_per_round"]
+
+
+def _measured(name: str, folder: Path) -> Measured | None:
+    csv = folder / SPEEDUP_FILE
+    if not csv.is_file():
+        return None
+    plan = yaml.safe_load((folder / PLAN_FILE).read_text())
+    frame = read_speedup(csv)
+    region = region_catalogue(plan["world"]["regions"])[plan["region"]].name
+    cells = per_cell(frame).set_index(CELL)
+    return Measured(name, plan, region, summary(frame).set_index("regions"), cells)
+
+
 def overview(folders: list[tuple[str, Path]]) -> str:
     """One row per measured speed-up folder (`(file, folder)` pairs; unmeasured ones are
     left out): whose worlds, the rounds, the server's step, each size's mean steps to
     beat the baseline over the seeds, and the largest size's share of one region's
     steps. Files measured on different regions' worlds sit side by side, so a verdict
-    read on one region can be checked on the others."""
-    rows, sizes = [], set()
-    for name, folder in folders:
-        csv = folder / SPEEDUP_FILE
-        if not csv.is_file():
-            continue
-        plan = yaml.safe_load((folder / PLAN_FILE).read_text())
-        table = summary(read_speedup(csv)).set_index("regions")
-        sizes |= set(table.index)
-        region = region_catalogue(plan["world"]["regions"])[plan["region"]].name
-        rows.append((name, plan, region, table))
+    read on one region can be checked on the others; under the table, each federated
+    file against the pooled file of its region and schedule, seed by seed
+    (`against_pooled`)."""
+    rows = [m for m in (_measured(name, folder) for name, folder in folders) if m is not None]
     if not rows:
         return ""
-    order = sorted(sizes)
+    order = sorted(set().union(*(set(m.table.index) for m in rows)))
     largest = order[-1]
     lines = [
         "| file | worlds of | rounds | server | "
@@ -263,8 +286,8 @@ def overview(folders: list[tuple[str, Path]]) -> str:
         + f" | {largest} over 1 |",
         "|---|---|---|---|" + "---:|" * (len(order) + 1),
     ]
-    for name, plan, region, table in rows:
-        train = plan["train"]
+    for m in rows:
+        table, train = m.table, m.plan["train"]
         cells = [
             _steps(table.at[k, "steps_mean"], table.at[k, "budget"]) if k in table.index else "-"
             for k in order
@@ -273,9 +296,44 @@ def overview(folders: list[tuple[str, Path]]) -> str:
         steps = table["steps_mean"]
         share = steps[largest] / steps[1] if measured else math.nan
         lines.append(
-            f"| `{name}` | {region} (region {plan['region']}) "
-            f"| {train['rounds']} × {train['steps_per_round']} steps | {server_label(plan)} | "
+            f"| `{m.name}` | {m.region} (region {m.plan['region']}) "
+            f"| {train['rounds']} × {train['steps_per_round']} steps | {server_label(m.plan)} | "
             + " | ".join(cells)
             + f" | {'-' if np.isnan(share) else f'{share:.2f}'} |"
         )
-    return "\n".join(lines) + "\n"
+    versus = against_pooled(rows)
+    return "\n".join(lines) + "\n" + ("\n" + "\n".join(versus) + "\n" if versus else "")
+
+
+def against_pooled(rows: list[Measured]) -> list[str]:
+    """Per federated file with a pooled file of the same region and schedule: at the
+    largest size both measured, in how many training seeds the federation beat the
+    baseline in fewer steps than the pooled learner, in as many, and in more (a seed
+    that never did counts as the most). The means alone can hide a verdict that one
+    seed makes."""
+    pooled = {m.schedule(): m for m in rows if m.plan.get("pooled")}
+    lines = []
+    for m in rows:
+        reference = pooled.get(m.schedule())
+        if m.plan.get("pooled") or reference is None:
+            continue
+        sizes = set(m.table.index) & set(reference.table.index) - {1}
+        if not sizes:
+            continue
+        size = max(sizes)
+        ours, theirs = (
+            frame.loc[size, "steps_to_beat"].fillna(math.inf)
+            for frame in (m.cells, reference.cells)
+        )
+        seeds = ours.index.intersection(theirs.index)
+        ours, theirs = ours[seeds], theirs[seeds]
+        budget = max(m.table.at[size, "budget"], reference.table.at[size, "budget"])
+        lines.append(
+            f"- {m.region} (region {m.plan['region']}), {size} regions: `{m.name}` "
+            f"({server_label(m.plan)}) beat SED in fewer steps than `{reference.name}` in "
+            f"{(ours < theirs).sum()} of {len(seeds)} training seeds, as few in "
+            f"{(ours == theirs).sum()}, more in {(ours > theirs).sum()} (means "
+            f"{_steps(m.table.at[size, 'steps_mean'], budget)} against "
+            f"{_steps(reference.table.at[size, 'steps_mean'], budget)})."
+        )
+    return lines
