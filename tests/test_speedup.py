@@ -323,7 +323,7 @@ def test_a_federated_file_meets_the_pooled_file_of_its_region_seed_by_seed(
     text = overview([("a.yaml", stepped), ("b.yaml", pooled), ("c.yaml", other)])
     lines = [line for line in text.splitlines() if line.startswith("- ")]
     assert lines == [
-        "- europe-west9 (region 1), 8 regions: `a.yaml` (step 1) beat SED in fewer steps "
+        "- europe-west9 (region 1), 8 regions: `a.yaml` (step 1) beat `sed` in fewer steps "
         "than `b.yaml` in 1 of 2 training seeds, as few in 0, more in 1 (means > 640 "
         "against 224)."
     ]

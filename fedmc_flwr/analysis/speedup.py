@@ -249,11 +249,12 @@ class Measured(NamedTuple):
     cells: pd.DataFrame
     """`per_cell`, indexed by size and training seed."""
 
-    def schedule(self) -> tuple[int, int, int]:
-        """Whose worlds and what rounds: what a pooled file and a federated one must
-        share to be compared seed by seed."""
-        train = self.plan["train"]
-        return self.plan["region"], train["rounds"], train["steps_per_round"]
+    def schedule(self) -> str:
+        """The plan but for how the regions combine (pooled, or the server's step): what
+        a pooled file and a federated one must share to be compared seed by seed, the
+        region's worlds, the rounds and the learner among it."""
+        rest = {k: v for k, v in self.plan.items() if k not in ("pooled", "federation")}
+        return yaml.safe_dump(rest)
 
 
 def _measured(name: str, folder: Path) -> Measured | None:
@@ -306,7 +307,8 @@ def overview(folders: list[tuple[str, Path]]) -> str:
 
 
 def against_pooled(rows: list[Measured]) -> list[str]:
-    """Per federated file with a pooled file of the same region and schedule: at the
+    """Per federated file with a pooled file of the same plan but for the server
+    (`Measured.schedule`: the region, the rounds, the learner): at the
     largest size both measured, in how many training seeds the federation beat the
     baseline in fewer steps than the pooled learner, in as many, and in more (a seed
     that never did counts as the most). The means alone can hide a verdict that one
@@ -330,7 +332,8 @@ def against_pooled(rows: list[Measured]) -> list[str]:
         budget = max(m.table.at[size, "budget"], reference.table.at[size, "budget"])
         lines.append(
             f"- {m.region} (region {m.plan['region']}), {size} regions: `{m.name}` "
-            f"({server_label(m.plan)}) beat SED in fewer steps than `{reference.name}` in "
+            f"({server_label(m.plan)}) beat `{m.plan['baseline']}` in fewer steps than "
+            f"`{reference.name}` in "
             f"{(ours < theirs).sum()} of {len(seeds)} training seeds, as few in "
             f"{(ours == theirs).sum()}, more in {(ours > theirs).sum()} (means "
             f"{_steps(m.table.at[size, 'steps_mean'], budget)} against "

@@ -43,7 +43,14 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from fedmc_flwr.analysis.speedup import COLUMNS, SPEEDUP_FILE, markdown, plot, read_speedup
+from fedmc_flwr.analysis.speedup import (
+    COLUMNS,
+    PLAN_FILE,
+    SPEEDUP_FILE,
+    markdown,
+    plot,
+    read_speedup,
+)
 from fedmc_flwr.config import ConfigError, ExperimentConfig, learner_plan, load_config, to_yaml
 from fedmc_flwr.evaluation import evaluate
 from fedmc_flwr.federation.aggregation import RegionUpdate, aggregate
@@ -59,8 +66,6 @@ from fedmc_flwr.policies.ppo import STATISTICS, PPOLearner
 from fedmc_flwr.results import record_provenance
 from fedmc_flwr.seeds import learner_seed
 
-PLAN_FILE = "plan.yaml"
-"""The resolved experiment and grid a results folder was measured with."""
 PLAN_KEYS = {
     "name",
     "experiment",
