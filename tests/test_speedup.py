@@ -11,7 +11,7 @@ import pytest
 import yaml
 from conftest import CONF
 
-from fedmc_flwr.analysis.results_doc import SPEEDUPS, speedup_section
+from fedmc_flwr.analysis.results_doc import SPEEDUPS, speedup_overview, speedup_section
 from fedmc_flwr.analysis.speedup import (
     COLUMNS,
     markdown,
@@ -329,3 +329,41 @@ def test_a_federated_file_meets_the_pooled_file_of_its_region_seed_by_seed(
     ]
     alone = overview([("a.yaml", stepped), ("b.yaml", stepped)])  # no pooled file
     assert not [line for line in alone.splitlines() if line.startswith("- ")]
+
+
+def test_the_overview_keeps_the_published_rows_of_files_this_checkout_did_not_measure(
+    tmp_path: Path,
+) -> None:
+    """A checkout that holds one file's results rewrites that file's row and keeps every
+    other file's row and seed-by-seed line as the page last published them, under a note
+    that names them; a file neither measured nor published has no row."""
+    results = tmp_path / "results"
+    stamped(results / "a", 1, server_optimizer="fedavgm", server_momentum=0.0)
+    configs = [Path("conf/a.yaml"), Path("conf/b.yaml"), Path("conf/c.yaml")]
+    page = (
+        "## The speed-up of federation, file by file\n\nIntro.\n\n"
+        "| file | worlds of | rounds | server | 1 region | 2 regions | 4 regions | "
+        "8 regions | 8 over 1 |\n"
+        "|---|---|---|---|---:|---:|---:|---:|---:|\n"
+        "| `conf/a.yaml` | old | old | old | 1 | 1 | 1 | 1 | 1.00 |\n"
+        "| `conf/b.yaml` | us-east1 (region 0) | 5 × 16 steps | FedAvg | 300 | 200 | 150 "
+        "| 90 | 0.30 |\n\n"
+        "- us-east1 (region 0), 8 regions: `conf/b.yaml` (FedAvg) beat `sed` in fewer ...\n"
+        "- europe-west9 (region 1), 8 regions: `conf/a.yaml` (step 1) old line.\n\n"
+        "## The next section\n"
+    )
+    text = speedup_overview(configs, results, published=page)
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    assert rows == [
+        "| `conf/a.yaml` | europe-west9 (region 1) | 10 × 64 steps | step 1 | 448 | 256 | 160 "
+        "| > 640 | - |",
+        "| `conf/b.yaml` | us-east1 (region 0) | 5 × 16 steps | FedAvg | 300 | 200 | 150 "
+        "| 90 | 0.30 |",
+    ]
+    lines = [line for line in text.splitlines() if line.startswith("- ")]
+    assert lines == [
+        "- us-east1 (region 0), 8 regions: `conf/b.yaml` (FedAvg) beat `sed` in fewer ..."
+    ]
+    assert "Rows of `conf/b.yaml` are kept as last published" in text
+    nothing = speedup_overview(configs, tmp_path / "empty", published=page)
+    assert nothing.startswith("## The speed-up of federation, file by file\n\nNot measured yet")

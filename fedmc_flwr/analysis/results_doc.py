@@ -36,6 +36,7 @@ sweep, unchanged, on a bigger estate) get a section each from their folder under
 from __future__ import annotations
 
 import argparse
+import itertools
 import re
 import sys
 from collections.abc import Sequence
@@ -155,6 +156,7 @@ exchange and the aggregation.
 """
 
 NOT_MEASURED = "Not measured yet"
+SPEEDUP_OVERVIEW_HEAD = "## The speed-up of federation, file by file\n\n"
 SPEEDUP_OVERVIEW_INTRO = """Steps per env of each region until the federated greedy policy beats SED
 on the validation worlds of the region named (paired over the held-out worlds, 95%
 interval above 0), the mean over the training seeds; "> n": a seed did not within the
@@ -306,19 +308,52 @@ def speedup_section(
 
 
 def speedup_overview(
-    configs: Sequence[Path] = SPEEDUPS, results_dir: Path = Path("results")
+    configs: Sequence[Path] = SPEEDUPS, results_dir: Path = Path("results"), published: str = ""
 ) -> str:
     """Every measured speed-up file in one table (`speedup.overview`), each row read from
-    its folder's plan: the section a reader compares the files in."""
-    table = speedup.overview([(str(config), results_dir / config.stem) for config in configs])
-    head = "## The speed-up of federation, file by file\n\n"
-    if not table:
-        return head + f"{NOT_MEASURED}: `make speedup` measures it.\n"
-    return (
-        f"{head}{SPEEDUP_OVERVIEW_INTRO}\n\n{table}\n"
-        "Each file's own section below gives the steps of every seed and the return at the "
-        "budget.\n"
+    its folder's plan: the section a reader compares the files in. A file this checkout
+    holds no results of keeps the row and lines the `published` page gave it."""
+    names = [str(config) for config in configs]
+    unmeasured = [
+        name
+        for name, config in zip(names, configs, strict=True)
+        if not (results_dir / config.stem / speedup.SPEEDUP_FILE).is_file()
+    ]
+    old = published_sections(published).get(SPEEDUP_OVERVIEW_HEAD.strip(), "")
+    rows = {row["file"].strip("`"): row for row in published_table(old)}
+    kept = {name: rows[name] for name in unmeasured if name in rows}
+    kept_lines = [
+        line
+        for line in old.splitlines()
+        if line.startswith("- ") and any(f"`{name}` (" in line for name in kept)
+    ]
+    table = speedup.overview(
+        [(name, results_dir / config.stem) for name, config in zip(names, configs, strict=True)],
+        kept,
+        kept_lines,
     )
+    if len(unmeasured) == len(names):
+        return SPEEDUP_OVERVIEW_HEAD + f"{NOT_MEASURED}: `make speedup` measures it.\n"
+    return (
+        f"{SPEEDUP_OVERVIEW_HEAD}{SPEEDUP_OVERVIEW_INTRO}\n\n{table}"
+        + _kept_note([f"`{name}`" for name in kept])
+        + "\nEach file's own section below gives the steps of every seed and the return at "
+        "the budget.\n"
+    )
+
+
+def published_table(section: str) -> list[dict[str, str]]:
+    """The rows of the first table in a page's section, each by its column's heading."""
+    lines = list(
+        itertools.takewhile(
+            lambda line: line.startswith("|"),
+            itertools.dropwhile(lambda line: not line.startswith("|"), section.splitlines()),
+        )
+    )
+    if len(lines) < 2:
+        return []
+    header, *rows = ([cell.strip() for cell in line.strip("|").split("|")] for line in lines)
+    return [dict(zip(header, row, strict=False)) for row in rows[1:]]
 
 
 def _kept_note(kept: Sequence[str]) -> str:
@@ -389,7 +424,7 @@ def write_results(
         costs_section(federating, sweeps_dir, page),
     ]
     sections = [
-        speedup_overview(),
+        speedup_overview(published=page),
         *(speedup_section(config, docs=out.parent) for config in SPEEDUPS),
         *(section(name, sweeps_dir) for name in names),
     ]

@@ -23,6 +23,8 @@ was measured with (plan.yaml): which region's worlds, what schedule and what ser
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -268,42 +270,68 @@ def _measured(name: str, folder: Path) -> Measured | None:
     return Measured(name, plan, region, summary(frame).set_index("regions"), cells)
 
 
-def overview(folders: list[tuple[str, Path]]) -> str:
-    """One row per measured speed-up folder (`(file, folder)` pairs; unmeasured ones are
-    left out): whose worlds, the rounds, the server's step, each size's mean steps to
-    beat the baseline over the seeds, and the largest size's share of one region's
-    steps. Files measured on different regions' worlds sit side by side, so a verdict
-    read on one region can be checked on the others; under the table, each federated
-    file against the pooled file of its region and schedule, seed by seed
-    (`against_pooled`)."""
-    rows = [m for m in (_measured(name, folder) for name, folder in folders) if m is not None]
-    if not rows:
+def overview(
+    folders: list[tuple[str, Path]],
+    kept: Mapping[str, Mapping[str, str]] | None = None,
+    kept_lines: Sequence[str] = (),
+) -> str:
+    """One row per measured speed-up folder (`(file, folder)` pairs): whose worlds, the
+    rounds, the server's step, each size's mean steps to beat the baseline over the
+    seeds, and the largest size's share of one region's steps. Files measured on
+    different regions' worlds sit side by side, so a verdict read on one region can be
+    checked on the others; under the table, each federated file against the pooled file
+    of its region and schedule, seed by seed (`against_pooled`).
+
+    An unmeasured file is left out, or given its row from `kept` (by column, as a page
+    last published it) and its lines from `kept_lines`: a checkout that holds some
+    files' results rewrites their rows and keeps the others'."""
+    kept = kept or {}
+    measured = {name: m for name, folder in folders if (m := _measured(name, folder))}
+    names = [name for name, _ in folders if name in measured or name in kept]
+    if not names:
         return ""
-    order = sorted(set().union(*(set(m.table.index) for m in rows)))
-    largest = order[-1]
-    lines = [
-        "| file | worlds of | rounds | server | "
-        + " | ".join(f"{k} {'region' if k == 1 else 'regions'}" for k in order)
-        + f" | {largest} over 1 |",
-        "|---|---|---|---|" + "---:|" * (len(order) + 1),
-    ]
-    for m in rows:
-        table, train = m.table, m.plan["train"]
-        cells = [
-            _steps(table.at[k, "steps_mean"], table.at[k, "budget"]) if k in table.index else "-"
-            for k in order
-        ]
-        measured = {1, largest} <= set(table.index)
-        steps = table["steps_mean"]
-        share = steps[largest] / steps[1] if measured else math.nan
-        lines.append(
-            f"| `{m.name}` | {m.region} (region {m.plan['region']}) "
-            f"| {train['rounds']} × {train['steps_per_round']} steps | {server_label(m.plan)} | "
-            + " | ".join(cells)
-            + f" | {'-' if np.isnan(share) else f'{share:.2f}'} |"
-        )
-    versus = against_pooled(rows)
+    sizes = set().union(
+        *(set(m.table.index) for m in measured.values()),
+        *(_sizes(kept[name]) for name in names if name not in measured),
+    )
+    order = sorted(sizes)
+    header = ["file", "worlds of", "rounds", "server", *map(_size_column, order)]
+    header.append(f"{order[-1]} over 1")
+    lines = ["| " + " | ".join(header) + " |", "|---|---|---|---|" + "---:|" * (len(order) + 1)]
+    for name in names:
+        row = _row(measured[name], order) if name in measured else kept[name]
+        lines.append("| " + " | ".join(row.get(column, "-") for column in header) + " |")
+    versus = [*against_pooled(list(measured.values())), *kept_lines]
     return "\n".join(lines) + "\n" + ("\n" + "\n".join(versus) + "\n" if versus else "")
+
+
+def _size_column(size: int) -> str:
+    return f"{size} {'region' if size == 1 else 'regions'}"
+
+
+def _sizes(row: Mapping[str, str]) -> set[int]:
+    """The federation sizes a published row has columns for."""
+    return {int(match[1]) for column in row if (match := re.fullmatch(r"(\d+) regions?", column))}
+
+
+def _row(m: Measured, order: Sequence[int]) -> dict[str, str]:
+    """`m`'s overview row, by column."""
+    table, train = m.table, m.plan["train"]
+    row = {
+        "file": f"`{m.name}`",
+        "worlds of": f"{m.region} (region {m.plan['region']})",
+        "rounds": f"{train['rounds']} × {train['steps_per_round']} steps",
+        "server": server_label(m.plan),
+    }
+    for k in order:
+        if k in table.index:
+            row[_size_column(k)] = _steps(table.at[k, "steps_mean"], table.at[k, "budget"])
+    largest = order[-1]
+    if {1, largest} <= set(table.index):
+        share = table.at[largest, "steps_mean"] / table.at[1, "steps_mean"]
+        if not np.isnan(share):
+            row[f"{largest} over 1"] = f"{share:.2f}"
+    return row
 
 
 def against_pooled(rows: list[Measured]) -> list[str]:
