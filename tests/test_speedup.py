@@ -221,6 +221,11 @@ def test_a_plan_that_inherits_changes_only_what_it_names(tmp_path: Path) -> None
         base.overrides,
     )
     assert plan.config() == base.config()
+    child.write_text("inherits: ../speedup.yaml\nname: fewer_envs\noverrides: [ppo.num_envs=8]\n")
+    fewer = load_plan(child)
+    assert fewer.overrides == (*base.overrides, "ppo.num_envs=8")
+    assert fewer.config().ppo.num_envs == 8
+    assert fewer.config().train == base.config().train
     child.write_text("inherits: ../speedup.yaml\nregion: 3\n")
     with pytest.raises(ConfigError, match="names its own plan"):
         load_plan(child)

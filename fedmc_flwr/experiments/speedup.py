@@ -111,7 +111,9 @@ class Plan:
 def _read_plan(path: Path, chain: tuple[Path, ...] = ()) -> dict:
     """A speed-up file's keys, over those of the file it `inherits` from (next to it, and
     so on up): a plan measured again on another region's worlds names only what differs.
-    Each file's `experiment` is read relative to that file."""
+    Each file's `experiment` is read relative to that file; its `overrides` go after the
+    parent's, so that a child that changes one key of the experiment names that key
+    alone."""
     if not path.is_file():
         raise ConfigError(f"{path}: no such speed-up file")
     if path.resolve() in chain:
@@ -130,7 +132,9 @@ def _read_plan(path: Path, chain: tuple[Path, ...] = ()) -> dict:
         return raw
     if "name" not in raw:
         raise ConfigError(f"{path}: a file that inherits names its own plan (its results folder)")
-    return _read_plan(path.parent / str(parent), (*chain, path.resolve())) | raw
+    inherited = _read_plan(path.parent / str(parent), (*chain, path.resolve()))
+    overrides = [*inherited.get("overrides", []), *raw.pop("overrides", [])]
+    return inherited | raw | ({"overrides": overrides} if overrides else {})
 
 
 def load_plan(path: Path, overrides: Sequence[str] = ()) -> Plan:
