@@ -109,6 +109,8 @@ SPEEDUPS = speedup speedup_server_step speedup_fedexp speedup_one_update_fedexp 
 	speedup_one_update_server_step_region1 speedup_pooled_region1 \
 	speedup_one_update_server_step_region2 speedup_pooled_region2 \
 	speedup_one_update_server_step_region6 speedup_pooled_region6 \
+	speedup_one_update_server_step_region3 speedup_pooled_region3 \
+	speedup_one_update_server_step_region7 speedup_pooled_region7 \
 	speedup_one_update_server_step_envs8
 speedup: setup
 	for plan in $(SPEEDUPS); do $(BIN)/fedmc speedup --config conf/$$plan.yaml || exit 1; done
