@@ -340,8 +340,10 @@ def test_the_overview_keeps_the_published_rows_of_files_this_checkout_did_not_me
     tmp_path: Path,
 ) -> None:
     """A checkout that holds one file's results rewrites that file's row and keeps every
-    other file's row and seed-by-seed line as the page last published them, under a note
-    that names them; a file neither measured nor published has no row."""
+    other file's row as the page last published it, under a note that names them, and the
+    seed-by-seed lines of kept files alone (a line that pairs a kept file with the
+    measured one would hold stale means); a file neither measured nor published has no
+    row."""
     results = tmp_path / "results"
     stamped(results / "a", 1, server_optimizer="fedavgm", server_momentum=0.0)
     configs = [Path("conf/a.yaml"), Path("conf/b.yaml"), Path("conf/c.yaml")]
@@ -354,7 +356,8 @@ def test_the_overview_keeps_the_published_rows_of_files_this_checkout_did_not_me
         "| `conf/b.yaml` | us-east1 (region 0) | 5 × 16 steps | FedAvg | 300 | 200 | 150 "
         "| 90 | 0.30 |\n\n"
         "- us-east1 (region 0), 8 regions: `conf/b.yaml` (FedAvg) beat `sed` in fewer ...\n"
-        "- europe-west9 (region 1), 8 regions: `conf/a.yaml` (step 1) old line.\n\n"
+        "- europe-west9 (region 1), 8 regions: `conf/a.yaml` (step 1) old line.\n"
+        "- us-east1 (region 0), 8 regions: `conf/b.yaml` (FedAvg) against `conf/a.yaml`.\n\n"
         "## The next section\n"
     )
     text = speedup_overview(configs, results, published=page)

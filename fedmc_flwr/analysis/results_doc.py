@@ -328,10 +328,14 @@ def speedup_overview(
     old = published_sections(published).get(SPEEDUP_OVERVIEW_HEAD.strip(), "")
     rows = {row["file"].strip("`"): row for row in published_table(old)}
     kept = {name: rows[name] for name in unmeasured if name in rows}
+    # A seed-by-seed line is kept only where neither file it pairs was measured here:
+    # one measured side would make its means stale.
     kept_lines = [
         line
         for line in old.splitlines()
-        if line.startswith("- ") and any(f"`{name}` (" in line for name in kept)
+        if line.startswith("- ")
+        and (paired := {name for name in names if f"`{name}`" in line})
+        and paired <= kept.keys()
     ]
     table = speedup.overview(
         [(name, results_dir / config.stem) for name, config in zip(names, configs, strict=True)],
