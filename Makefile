@@ -102,8 +102,8 @@ results: setup
 # The speed-up of federation: 1, 2, 4 and 8 identical regions, the steps per region until
 # the federated policy beats SED (fedmc speedup; finished cells are kept), under FedAvg
 # and with the server's own step, fixed and FedExP's; and the same experience pooled; the
-# fixed step and the pooled learner again on three other regions' worlds. The page shows
-# the same files (results_doc.SPEEDUPS).
+# fixed step and the pooled learner again on five other regions' worlds; the fixed step
+# with regions of 8 envs. The page shows the same files (results_doc.SPEEDUPS).
 SPEEDUPS = speedup speedup_server_step speedup_fedexp speedup_one_update_fedexp \
 	speedup_one_update_server_step speedup_pooled \
 	speedup_one_update_server_step_region1 speedup_pooled_region1 \
