@@ -102,7 +102,7 @@ results: setup
 # The speed-up of federation: 1, 2, 4 and 8 identical regions, the steps per region until
 # the federated policy beats SED (fedmc speedup; finished cells are kept), under FedAvg
 # and with the server's own step, fixed and FedExP's; and the same experience pooled; the
-# fixed step and the pooled learner again on seven other regions' worlds; the fixed step
+# fixed step and the pooled learner again on every other region's worlds; the fixed step
 # with regions of 8 envs. The page shows the same files (results_doc.SPEEDUPS).
 SPEEDUPS = speedup speedup_server_step speedup_fedexp speedup_one_update_fedexp \
 	speedup_one_update_server_step speedup_pooled \
@@ -113,6 +113,8 @@ SPEEDUPS = speedup speedup_server_step speedup_fedexp speedup_one_update_fedexp 
 	speedup_one_update_server_step_region7 speedup_pooled_region7 \
 	speedup_one_update_server_step_region5 speedup_pooled_region5 \
 	speedup_one_update_server_step_region8 speedup_pooled_region8 \
+	speedup_one_update_server_step_region4 speedup_pooled_region4 \
+	speedup_one_update_server_step_region9 speedup_pooled_region9 \
 	speedup_one_update_server_step_envs8
 speedup: setup
 	for plan in $(SPEEDUPS); do $(BIN)/fedmc speedup --config conf/$$plan.yaml || exit 1; done

@@ -79,12 +79,16 @@ SPEEDUPS = (
     Path("conf/speedup_pooled_region5.yaml"),
     Path("conf/speedup_one_update_server_step_region8.yaml"),
     Path("conf/speedup_pooled_region8.yaml"),
+    Path("conf/speedup_one_update_server_step_region4.yaml"),
+    Path("conf/speedup_pooled_region4.yaml"),
+    Path("conf/speedup_one_update_server_step_region9.yaml"),
+    Path("conf/speedup_pooled_region9.yaml"),
     Path("conf/speedup_one_update_server_step_envs8.yaml"),
 )
 """The speed-up files whose results the page shows: FedAvg, then the server's own step, fixed
 and FedExP's, after every fourth update of a region, then FedExP's and fixed after every
 one, then the same experience pooled in one learner (the reference); then the fixed step
-and the pooled learner again on seven other regions' worlds (the last four at 1 and 8
+and the pooled learner again on every other region's worlds (the last six at 1 and 8
 regions only); then the fixed step with regions of 8 envs."""
 OPTIMUM_PARTS = (
     ("table", "The optimum against SED, JSQ and random, solved exactly"),
