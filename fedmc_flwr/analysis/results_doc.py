@@ -327,12 +327,12 @@ def speedup_overview(
     """Every measured speed-up file in one table (`speedup.overview`), each row read from
     its folder's plan: the section a reader compares the files in. A file this checkout
     holds no results of keeps the row and lines the `published` page gave it."""
-    names = [str(config) for config in configs]
+    folders = {str(config): results_dir / config.stem for config in configs}
     unmeasured = [
-        name
-        for name, config in zip(names, configs, strict=True)
-        if not (results_dir / config.stem / speedup.SPEEDUP_FILE).is_file()
+        name for name, folder in folders.items() if not (folder / speedup.SPEEDUP_FILE).is_file()
     ]
+    if len(unmeasured) == len(folders):
+        return SPEEDUP_OVERVIEW_HEAD + f"{NOT_MEASURED}: `make speedup` measures it.\n"
     old = published_sections(published).get(SPEEDUP_OVERVIEW_HEAD.strip(), "")
     rows = {row["file"].strip("`"): row for row in published_table(old)}
     kept = {name: rows[name] for name in unmeasured if name in rows}
@@ -342,16 +342,10 @@ def speedup_overview(
         line
         for line in old.splitlines()
         if line.startswith("- ")
-        and (paired := {name for name in names if f"`{name}`" in line})
+        and (paired := {name for name in folders if f"`{name}`" in line})
         and paired <= kept.keys()
     ]
-    table = speedup.overview(
-        [(name, results_dir / config.stem) for name, config in zip(names, configs, strict=True)],
-        kept,
-        kept_lines,
-    )
-    if len(unmeasured) == len(names):
-        return SPEEDUP_OVERVIEW_HEAD + f"{NOT_MEASURED}: `make speedup` measures it.\n"
+    table = speedup.overview(list(folders.items()), kept, kept_lines)
     return (
         f"{SPEEDUP_OVERVIEW_HEAD}{SPEEDUP_OVERVIEW_INTRO}\n\n{table}"
         + _kept_note([f"`{name}`" for name in kept])
