@@ -12,9 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from numba import njit
 from test_networks import random_batch, small_cfg
 
 from fedmc_flwr.config import learner_plan
+from fedmc_flwr.policies import two_tier_kernels
 from fedmc_flwr.policies.acting import TorchActor, TwoTierActor, actor_of, uniforms
 from fedmc_flwr.policies.moments import Moments
 from fedmc_flwr.policies.networks import TwoTier
@@ -200,3 +202,37 @@ def test_warm_cache_leaves_a_learner_nothing_to_compile(tmp_path: Path) -> None:
         [sys.executable, "-c", CACHE_PROBE], env=env, check=True, capture_output=True, text=True
     )
     assert json.loads(probe.stdout.splitlines()[-1]) == {"misses": 0}
+
+
+@njit(fastmath=two_tier_kernels._LAYER_MATHS)
+def _one_input_at_a_time(inp, params, start, fan_in, fan_out, bias, relu, out):
+    """A layer as the plain loop: bias, then each input's product added in turn."""
+    for j in range(fan_out):
+        out[j, :] = params[bias + j]
+        for k in range(fan_in):
+            for i in range(out.shape[1]):
+                out[j, i] += params[start + k * fan_out + j] * inp[k, i]
+        if relu:
+            for i in range(out.shape[1]):
+                out[j, i] = max(out[j, i], np.float32(0.0))
+
+
+@pytest.mark.parametrize("fan_in", [1, 3, 4, 7, 8, 13, 15, 19, 32, 45])
+def test_a_layer_taking_inputs_in_blocks_gives_the_plain_loops_numbers(fan_in: int) -> None:
+    """`_layer` takes its inputs eight and four at a time: each number must still be the
+    one chain of multiply-adds, in order, that one input at a time gives (wide-ranging
+    values, so that any other grouping of the sum would round differently)."""
+    rng = np.random.default_rng(fan_in)
+    fan_out, columns = 5, 67
+    params = (rng.standard_normal(fan_in * fan_out + fan_out) * 10.0 ** rng.integers(-3, 4)).astype(
+        np.float32
+    )
+    inp = (
+        rng.standard_normal((fan_in, columns)) * 10.0 ** rng.integers(-3, 4, (fan_in, 1))
+    ).astype(np.float32)
+    for relu in (False, True):
+        blocked, plain = np.empty((2, fan_out, columns), dtype=np.float32)
+        args = (inp, params, 0, fan_in, fan_out, fan_in * fan_out, relu)
+        two_tier_kernels._layer(*args, blocked)
+        _one_input_at_a_time(*args, plain)
+        assert np.array_equal(blocked, plain)
