@@ -142,3 +142,30 @@ def test_clipping_and_backward_into_the_flat_gradient_match_torch(max_norm: floa
         adam.step()
         optimizer.step()
     assert torch.equal(_flat_values(reference), _flat_values(flat))
+
+
+@pytest.mark.parametrize("bound_over_norm", [0.5, 0.9995, 1.0, 1.0005, 1.0015, 2.0])
+def test_a_gradient_near_or_inside_the_bound_is_clipped_as_torch_clips_it(
+    bound_over_norm: float,
+) -> None:
+    """A gradient clearly inside the bound is left as it is without torch's per-tensor
+    norms; one near the bound, on either side, takes torch's path. Either way the
+    gradients are torch's bit for bit."""
+    reference, flat = _network("two-tier"), _network("two-tier")
+    optimizer = FlatAdam(list(flat.parameters()), lr=1e-2, eps=1e-5)
+    generator = torch.Generator().manual_seed(9)
+    for network in (reference, flat):
+        network.zero_grad()
+    optimizer.zero_grad()
+    for p, q in zip(reference.parameters(), flat.parameters(), strict=True):
+        noise = torch.randn(p.shape, generator=generator)
+        p.grad = noise.clone()
+        q.grad.copy_(noise)
+    norm = float(
+        torch.linalg.vector_norm(torch.cat([p.grad.reshape(-1) for p in reference.parameters()]))
+    )
+    bound = norm * bound_over_norm
+    torch.nn.utils.clip_grad_norm_(reference.parameters(), bound, foreach=False)
+    optimizer.clip_grad_norm_(bound)
+    for p, q in zip(reference.parameters(), flat.parameters(), strict=True):
+        assert torch.equal(p.grad, q.grad)
