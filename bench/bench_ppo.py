@@ -15,7 +15,10 @@ Beside each of our networks, in the same run, the bound its update sets: the fra
 second of the update's network passes alone (forward and backward of actor and critic over
 as many minibatches of the same size, of a real rollout's stored inputs, with nothing
 else: no loss terms, no optimizer, no collection). Training can never run faster than
-that; past it, only fewer or cheaper passes help, which changes what is learned.
+that; past it, only fewer or cheaper passes help, which changes what is learned. The
+two are timed in turns, a rollout and update of training, then the passes of one
+rollout, and so on: on a shared machine whose speed drifts by 10% or more from one minute
+to the next, timing one after the other made their ratio drift as much.
 
 The two-tier network acts through its compiled path (`policies/acting.py`); the row
 "two-tier, torch acting" runs the same learner acting through the torch network's own
@@ -27,7 +30,7 @@ alone, is printed beside it: how far along the learner is, not yet held.
 
 Prints a table, then one JSON line of the figures.
 
-    python bench/bench_ppo.py [--config conf/small_demo.yaml] [--envs 64] [--rollouts 3]
+    python bench/bench_ppo.py [--config conf/small_demo.yaml] [--envs 64] [--rollouts 6]
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import json
 import os
 import platform
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
@@ -78,20 +82,6 @@ def _learner(cfg: ExperimentConfig, kind: str) -> PPOLearner:
     return PPOLearner(learner_plan(cfg, list(range(cfg.world.regions))), cfg.seed)
 
 
-def ours_frames_per_second(
-    cfg: ExperimentConfig, rollouts: int, kind: str, torch_acting: bool = False
-) -> float:
-    """Frames per second of PPOLearner.train_round over `rollouts` rollouts and updates;
-    with `torch_acting`, acting through the torch forward rather than the compiled path."""
-    learner = _learner(cfg, kind)
-    with mock.patch.object(ppo_module, "actor_of", TorchActor) if torch_acting else nullcontext():
-        learner.train_round(cfg.ppo.rollout_steps)  # warm-up
-        start = time.perf_counter()
-        learner.train_round(cfg.ppo.rollout_steps * rollouts)
-        elapsed = time.perf_counter() - start
-    return cfg.ppo.num_envs * cfg.ppo.rollout_steps * rollouts / elapsed
-
-
 def update_pass(model: ActorCritic, batch: dict[str, torch.Tensor]) -> None:
     """Forward and backward of actor and critic over one minibatch, without loss terms."""
     model.zero_grad(set_to_none=True)
@@ -99,19 +89,44 @@ def update_pass(model: ActorCritic, batch: dict[str, torch.Tensor]) -> None:
     (logp.sum() + values.sum()).backward()
 
 
-def passes_frames_per_second(cfg: ExperimentConfig, rollouts: int, kind: str) -> float:
-    """Frames per second of the update's forward and backward passes alone (see above)."""
+def passes_of_one_rollout(cfg: ExperimentConfig, kind: str) -> Callable[[], None]:
+    """The update's forward and backward passes alone over one rollout's worth of
+    minibatches (see above), on a minibatch of a real rollout's stored inputs."""
     learner = _learner(cfg, kind)
     model, ppo = learner.model, cfg.ppo
     frames = ppo.num_envs * ppo.rollout_steps
     learner.norm.update(learner.obs)
     rollout = learner._collect(ppo.rollout_steps, np.zeros(len(TRAIN_METRICS)))
     batch = {key: value[: frames // ppo.num_minibatches].clone() for key, value in rollout.items()}
-    update_pass(model, batch)  # warm-up
-    start = time.perf_counter()
-    for _ in range(ppo.update_epochs * ppo.num_minibatches * rollouts):
-        update_pass(model, batch)
-    return frames * rollouts / (time.perf_counter() - start)
+
+    def passes() -> None:
+        for _ in range(ppo.update_epochs * ppo.num_minibatches):
+            update_pass(model, batch)
+
+    return passes
+
+
+def frames_per_second(
+    cfg: ExperimentConfig, rollouts: int, kind: str, torch_acting: bool = False
+) -> tuple[float, float]:
+    """Frames per second of PPOLearner.train_round, one rollout and update at a time, and
+    of its update passes alone; with `torch_acting`, acting through the torch forward
+    rather than the compiled path. The two are timed in turns, a rollout of each, so that
+    the host's drift in speed (a shared machine's) hits both alike and their ratio holds."""
+    learner = _learner(cfg, kind)
+    passes = passes_of_one_rollout(cfg, kind)
+    frames = cfg.ppo.num_envs * cfg.ppo.rollout_steps
+    training = passing = 0.0
+    with mock.patch.object(ppo_module, "actor_of", TorchActor) if torch_acting else nullcontext():
+        learner.train_round(cfg.ppo.rollout_steps)  # warm-up
+        passes()
+        for _ in range(rollouts):
+            start = time.perf_counter()
+            learner.train_round(cfg.ppo.rollout_steps)
+            middle = time.perf_counter()
+            passes()
+            training, passing = training + middle - start, passing + time.perf_counter() - middle
+    return frames * rollouts / training, frames * rollouts / passing
 
 
 def sb3_frames_per_second(cfg: ExperimentConfig, config_path: Path, rollouts: int) -> float:
@@ -157,16 +172,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, default=Path("conf/small_demo.yaml"))
     parser.add_argument("--envs", type=int, default=64, help="parallel worlds of each learner")
-    parser.add_argument("--rollouts", type=int, default=3, help="timed rollouts + updates")
+    parser.add_argument("--rollouts", type=int, default=6, help="timed rollouts + updates")
     args = parser.parse_args()
     cfg = load_config(args.config, [f"ppo.num_envs={args.envs}"])
     threads = cfg.ppo.torch_threads
     torch.set_num_threads(threads)
 
-    kinds = {kind: ours_frames_per_second(cfg, args.rollouts, kind) for kind in KINDS}
-    kinds[TORCH_ACTING] = ours_frames_per_second(cfg, args.rollouts, DEFAULT_KIND, True)
-    bounds = {kind: passes_frames_per_second(cfg, args.rollouts, kind) for kind in KINDS}
-    bounds[TORCH_ACTING] = bounds[DEFAULT_KIND]
+    kinds, bounds = {}, {}
+    for kind in KINDS:
+        kinds[kind], bounds[kind] = frames_per_second(cfg, args.rollouts, kind)
+    kinds[TORCH_ACTING], bounds[TORCH_ACTING] = frames_per_second(
+        cfg, args.rollouts, DEFAULT_KIND, torch_acting=True
+    )
     sb3 = sb3_frames_per_second(cfg, args.config.resolve(), args.rollouts)
     load = os.getloadavg()[0]
     ours = kinds[DEFAULT_KIND]
