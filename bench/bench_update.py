@@ -8,8 +8,9 @@ forms give the same numbers bit for bit, which each row checks after timing:
 - Adam: torch's per-tensor Adam (`foreach=False`) against `FlatAdam` (one flat buffer),
   30 steps of the same gradients; the parameters after them must be equal.
 - gradient-norm clip: torch's `clip_grad_norm_` (`foreach=False`) against
-  `FlatAdam.clip_grad_norm_` (the same norms, then one multiply of the flat gradient
-  that backward fills); the clipped gradients must be equal.
+  `FlatAdam.clip_grad_norm_`, at the bound (the same norms, then one multiply of the
+  flat gradient that backward fills) and inside it (one float64 norm, nothing to
+  multiply); the clipped gradients must be equal.
 - pooling over nodes: the node scorer's update pass (forward and backward of one
   minibatch) with its pooling as torch's `mean(dim=1)` against `pool` (sum / N); logits,
   values and gradients must be equal.
@@ -120,25 +121,33 @@ def adam_row(kind: str, obs_dim: int, actions: int, hidden: int, repeats: int) -
     return {"piece": f"Adam step ({kind})", "torch_s": torch_s, "ours_s": ours_s, "same": same}
 
 
-def clip_row(kind: str, obs_dim: int, actions: int, hidden: int, repeats: int) -> dict:
-    """torch's gradient-norm clip, per tensor, against `FlatAdam.clip_grad_norm_` (the
-    per-tensor norms, then one multiply of the flat buffer). Repeated, each call clips
-    what the last left, alike in both."""
+def clip_row(
+    kind: str, obs_dim: int, actions: int, hidden: int, repeats: int, inside: bool
+) -> dict:
+    """torch's gradient-norm clip, per tensor, against `FlatAdam.clip_grad_norm_`.
+    `inside`: the bound is ten times the gradients' norm, so nothing is clipped (FlatAdam
+    checks one float64 norm and leaves the buffer); else the bound is 0.5 and each call
+    clips what the last left, alike in both, which puts the norm at the bound (FlatAdam
+    takes torch's path: the per-tensor norms, then one multiply of the flat buffer)."""
     per_tensor_net, flat_net, flat = _gradients(kind, obs_dim, actions, hidden)
     params = list(per_tensor_net.parameters())
+    norm = float(torch.linalg.vector_norm(torch.cat([p.grad.reshape(-1) for p in params])))
+    bound = 10.0 * norm if inside else 0.5
 
     def torch_clip() -> None:
-        nn.utils.clip_grad_norm_(params, 0.5, foreach=False)
+        nn.utils.clip_grad_norm_(params, bound, foreach=False)
 
     def flat_clip() -> None:
-        flat.clip_grad_norm_(0.5)
+        flat.clip_grad_norm_(bound)
 
     torch_clip()
     flat_clip()
     grads = [p.grad for p in flat_net.parameters()]
     same = _all_equal([p.grad for p in params], grads)
     torch_s, ours_s = alternate(torch_clip, flat_clip, repeats, 200)
-    return {"piece": f"grad-norm clip ({kind})", "torch_s": torch_s, "ours_s": ours_s, "same": same}
+    where = "inside" if inside else "at"
+    piece = f"clip, {where} the bound ({kind})"
+    return {"piece": piece, "torch_s": torch_s, "ours_s": ours_s, "same": same}
 
 
 def pool_row(obs_dim: int, actions: int, hidden: int, minibatch: int, repeats: int) -> dict:
@@ -212,7 +221,8 @@ def main() -> None:
     rows = [
         adam_row("mlp", obs_dim, nodes, ppo.hidden_size, args.repeats),
         adam_row("node-scorer", obs_dim, nodes, ppo.hidden_size, args.repeats),
-        clip_row("mlp", obs_dim, nodes, ppo.hidden_size, args.repeats),
+        clip_row("mlp", obs_dim, nodes, ppo.hidden_size, args.repeats, inside=False),
+        clip_row("mlp", obs_dim, nodes, ppo.hidden_size, args.repeats, inside=True),
         pool_row(obs_dim, nodes, ppo.hidden_size, minibatch, args.repeats),
         shuffle_row(frames, obs_dim, args.repeats),
     ]
