@@ -28,7 +28,10 @@ compiled path's gain is measured side by side. Targets of the default network: a
 (the 1-minute load average, printed, under 1.5). The next target, 0.7x its update passes
 alone, is printed beside it: how far along the learner is, not yet held.
 
-Prints a table, then one JSON line of the figures.
+Prints a table; then, per learner, the milliseconds of one rollout and update spent in
+collection and in the update, its passes alone beside them, and the rest of the round
+(the profile of what lies between training and its bound); then one JSON line of the
+figures.
 
     python bench/bench_ppo.py [--config conf/small_demo.yaml] [--envs 64] [--rollouts 6]
 """
@@ -42,8 +45,9 @@ import platform
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import gymnasium as gym
@@ -106,27 +110,70 @@ def passes_of_one_rollout(cfg: ExperimentConfig, kind: str) -> Callable[[], None
     return passes
 
 
+@dataclass(frozen=True)
+class Measured:
+    """One learner's figures: training and update-pass frames/s, and the seconds a rollout
+    and update spent collecting, updating (`PPOLearner._collect`, `_update`) and in the
+    passes alone, each per rollout."""
+
+    training: float
+    passes: float
+    collection_s: float
+    update_s: float
+    passes_s: float
+
+
 def frames_per_second(
     cfg: ExperimentConfig, rollouts: int, kind: str, torch_acting: bool = False
-) -> tuple[float, float]:
+) -> Measured:
     """Frames per second of PPOLearner.train_round, one rollout and update at a time, and
     of its update passes alone; with `torch_acting`, acting through the torch forward
     rather than the compiled path. The two are timed in turns, a rollout of each, so that
-    the host's drift in speed (a shared machine's) hits both alike and their ratio holds."""
+    the host's drift in speed (a shared machine's) hits both alike and their ratio holds.
+    The learner's collection and update are timed inside its rounds: what is left of a
+    round beyond them is its bookkeeping."""
     learner = _learner(cfg, kind)
     passes = passes_of_one_rollout(cfg, kind)
     frames = cfg.ppo.num_envs * cfg.ppo.rollout_steps
-    training = passing = 0.0
+    spent = dict.fromkeys(("training", "passes", "collection", "update"), 0.0)
+
+    def timed(method: Callable[..., Any], key: str) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                spent[key] += time.perf_counter() - start
+
+        return run
+
     with mock.patch.object(ppo_module, "actor_of", TorchActor) if torch_acting else nullcontext():
         learner.train_round(cfg.ppo.rollout_steps)  # warm-up
         passes()
-        for _ in range(rollouts):
-            start = time.perf_counter()
-            learner.train_round(cfg.ppo.rollout_steps)
-            middle = time.perf_counter()
-            passes()
-            training, passing = training + middle - start, passing + time.perf_counter() - middle
-    return frames * rollouts / training, frames * rollouts / passing
+        with (
+            mock.patch.object(learner, "_collect", timed(learner._collect, "collection")),
+            mock.patch.object(learner, "_update", timed(learner._update, "update")),
+        ):
+            for _ in range(rollouts):
+                timed(learner.train_round, "training")(cfg.ppo.rollout_steps)
+                timed(passes, "passes")()
+    return Measured(
+        training=frames * rollouts / spent["training"],
+        passes=frames * rollouts / spent["passes"],
+        collection_s=spent["collection"] / rollouts,
+        update_s=spent["update"] / rollouts,
+        passes_s=spent["passes"] / rollouts,
+    )
+
+
+def _profile(measured: Measured, frames: int) -> dict[str, float]:
+    """Milliseconds of one rollout and update: collection, update, passes alone, and the
+    round's rest (its training time less collection and update)."""
+    round_s = frames / measured.training
+    rest_s = round_s - measured.collection_s - measured.update_s
+    seconds = (measured.collection_s, measured.update_s, measured.passes_s, rest_s)
+    keys = ("collection", "update", "passes", "rest")
+    return {key: round(1000 * value, 2) for key, value in zip(keys, seconds, strict=True)}
 
 
 def sb3_frames_per_second(cfg: ExperimentConfig, config_path: Path, rollouts: int) -> float:
@@ -178,12 +225,10 @@ def main() -> None:
     threads = cfg.ppo.torch_threads
     torch.set_num_threads(threads)
 
-    kinds, bounds = {}, {}
-    for kind in KINDS:
-        kinds[kind], bounds[kind] = frames_per_second(cfg, args.rollouts, kind)
-    kinds[TORCH_ACTING], bounds[TORCH_ACTING] = frames_per_second(
-        cfg, args.rollouts, DEFAULT_KIND, torch_acting=True
-    )
+    measured = {kind: frames_per_second(cfg, args.rollouts, kind) for kind in KINDS}
+    measured[TORCH_ACTING] = frames_per_second(cfg, args.rollouts, DEFAULT_KIND, True)
+    kinds = {kind: m.training for kind, m in measured.items()}
+    bounds = {kind: m.passes for kind, m in measured.items()}
     sb3 = sb3_frames_per_second(cfg, args.config.resolve(), args.rollouts)
     load = os.getloadavg()[0]
     ours = kinds[DEFAULT_KIND]
@@ -206,6 +251,15 @@ def main() -> None:
             f"{rate / bound:>10.2f}x"
         )
     print(f"{'stable-baselines3 PPO':<34}{sb3:>10,.0f}{1.0:>7.2f}x")
+    print("\nms of one rollout and update: collection, the update (its passes alone beside it),")
+    print("and the rest of the round")
+    print(f"{'learner':<34}{'collection':>11}{'update':>9}{'passes':>9}{'rest':>7}")
+    profile = {kind: _profile(m, ppo.num_envs * ppo.rollout_steps) for kind, m in measured.items()}
+    for kind, ms in profile.items():
+        print(
+            f"{f'fedmc PPO {kind}':<34}{ms['collection']:>11.1f}{ms['update']:>9.1f}"
+            f"{ms['passes']:>9.1f}{ms['rest']:>7.1f}"
+        )
     met = ours >= TARGET_FRAMES_PER_S and ratio >= TARGET_RATIO and of_passes >= TARGET_OF_PASSES
     next_met = of_passes >= NEXT_OF_PASSES
     print(
@@ -229,6 +283,7 @@ def main() -> None:
                 "default_kind": DEFAULT_KIND,
                 "frames_per_s": {kind: round(rate, 1) for kind, rate in kinds.items()},
                 "update_passes_frames_per_s": {k: round(v, 1) for k, v in bounds.items()},
+                "ms_per_rollout": profile,
                 "sb3_frames_per_s": round(sb3, 1),
                 "ratio": round(ratio, 2),
                 "of_update_passes": round(of_passes, 2),
