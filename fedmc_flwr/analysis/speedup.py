@@ -115,11 +115,12 @@ def _at_budget(frame: pd.DataFrame) -> Estimate:
     return paired_over_seeds_and_worlds(diffs)
 
 
-def summary(frame: pd.DataFrame) -> pd.DataFrame:
+def summary(frame: pd.DataFrame, cells: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per federation size: the steps to beat the baseline per seed and their mean (NaN
     unless every seed beat it), the speed-up over one region (one region's mean over this
-    size's), and the reward at the budget over the seeds, with its 95% half-width."""
-    cells = per_cell(frame)
+    size's), and the reward at the budget over the seeds, with its 95% half-width.
+    `cells`: `per_cell(frame)`, where the caller has it already."""
+    cells = per_cell(frame) if cells is None else cells
     rows = []
     for size, group in cells.groupby("regions"):
         steps = group.sort_values("train_seed")["steps_to_beat"].to_numpy()
@@ -266,8 +267,9 @@ def _measured(name: str, folder: Path) -> Measured | None:
     plan = yaml.safe_load((folder / PLAN_FILE).read_text())
     frame = read_speedup(csv)
     region = region_catalogue(plan["world"]["regions"])[plan["region"]].name
-    cells = per_cell(frame).set_index(CELL)
-    return Measured(name, plan, region, summary(frame).set_index("regions"), cells)
+    cells = per_cell(frame)
+    table = summary(frame, cells).set_index("regions")
+    return Measured(name, plan, region, table, cells.set_index(CELL))
 
 
 def overview(
