@@ -381,22 +381,32 @@ def _race_words(gain: Gain) -> str:
     )
 
 
-def why_it_does_not_pay(gains: Sequence[Gain], kept: Sequence[str] = ()) -> str:
+def why_it_does_not_pay(
+    gains: Sequence[Gain], kept: Sequence[str] = (), order: Sequence[str] = ()
+) -> str:
     """Markdown: a line per setting and set of judged regions where no federated variant
     beats the local learners, giving the setting's own evidence for why (nothing when every
     setting pays); `kept`: such lines as published before, for settings measured elsewhere.
+    The lines follow the settings' `order` where it is given (a setting's kept lines stand
+    where its measured ones would), else the measured settings' lines come first.
     Regions that trained on their test worlds' events and those that never did are read
     apart: one set that pays says nothing about the other."""
     settings: dict[tuple[str, str], list[Gain]] = {}
     for gain in gains:
         settings.setdefault((gain.setting, gain.scope), []).append(gain)
-    reasons = [reason for rows in settings.values() if (reason := _why_not(rows)) is not None]
-    reasons += [(line, "FedAvg ties" in line) for line in kept]
+    reasons = [
+        (setting, reason)
+        for (setting, _), rows in settings.items()
+        if (reason := _why_not(rows)) is not None
+    ]
+    reasons += [(_setting_of(line), (line, "FedAvg ties" in line)) for line in kept]
     if not reasons:
         return ""
-    lines = [line for line, _ in reasons]
+    rank = {setting: i for i, setting in enumerate(order)}
+    reasons.sort(key=lambda item: rank.get(item[0], len(rank)))
+    lines = [line for _, (line, _) in reasons]
     shared = ""
-    if any(tie for _, tie in reasons):
+    if any(tie for _, (_, tie) in reasons):
         shared = (
             " Where FedAvg ties them, one network serves every region: each node's row of "
             "the observation carries its region's price, carbon intensity and background "
@@ -407,6 +417,11 @@ def why_it_does_not_pay(gains: Sequence[Gain], kept: Sequence[str] = ()) -> str:
         f"says why (federated minus local-only, at the last round unless stated).{shared}"
         "\n\n" + "\n".join(lines) + "\n"
     )
+
+
+def _setting_of(line: str) -> str:
+    """The setting a reading line names first (``- `setting` (regions): ...``)."""
+    return line.split("`")[1]
 
 
 @dataclass(frozen=True)

@@ -398,7 +398,7 @@ def federating_section(
             kept_reading += old_reading
         rows += gains or old_rows or [(name, f"not measured yet: `fedmc sweep --config {path}`")]
     note = _kept_note(kept)
-    reading = why_it_does_not_pay(measured, kept_reading)
+    reading = why_it_does_not_pay(measured, kept_reading, order=names)
     return FEDERATING_INTRO + "\n" + gains_table(rows) + note + (f"\n{reading}" if reading else "")
 
 
