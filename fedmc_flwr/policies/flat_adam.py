@@ -92,9 +92,9 @@ class FlatAdam:
         the buffer: torch's coefficient clamps to 1 there, and a multiply by 1 changes no
         number. Past a learner's first updates nearly every minibatch's gradient is inside
         (small_demo: after the first round, none clipped), and the per-parameter norms
-        cost an op per parameter (18 for the two-tier network) where this costs one. The margin, `CLEAR_MARGIN` of the bound, is far
-        wider than float32's rounding of the per-parameter norms; a non-finite norm fails
-        the test and takes torch's path."""
+        cost an op per parameter (18 for the two-tier network) where this costs one. The
+        margin, `CLEAR_MARGIN` of the bound, is far wider than float32's rounding of the
+        per-parameter norms; a non-finite norm fails the test and takes torch's path."""
         self._gather()
         with torch.no_grad():
             exact = float(torch.linalg.vector_norm(self._flat.grad, 2.0, dtype=torch.float64))
