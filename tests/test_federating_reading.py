@@ -117,8 +117,8 @@ def test_a_kept_settings_lines_stand_where_the_setting_stands() -> None:
     settings (the page's order), not after every setting measured here."""
     kept = "- `first` (all regions): FedAvg ties its local learners, as published."
     measured = [_gain("second", "ppo-fedavg", -0.006), _gain("third", "ppo-fedavg", 0.0)]
-    lines = why_it_does_not_pay(measured, [kept], order=["first", "second", "third"])
+    lines = why_it_does_not_pay(measured, {"first": [kept]}, order=["first", "second", "third"])
     assert [line.split("`")[1] for line in lines.splitlines()[2:]] == ["first", "second", "third"]
-    unordered = why_it_does_not_pay(measured, [kept]).splitlines()[2:]
+    unordered = why_it_does_not_pay(measured, {"first": [kept]}).splitlines()[2:]
     assert [line.split("`")[1] for line in unordered] == ["second", "third", "first"]
     assert "can tell the regions apart" in lines.splitlines()[0]

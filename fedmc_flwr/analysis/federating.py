@@ -28,7 +28,7 @@ time in that round, all from the federated run itself (`timing.csv`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -382,13 +382,16 @@ def _race_words(gain: Gain) -> str:
 
 
 def why_it_does_not_pay(
-    gains: Sequence[Gain], kept: Sequence[str] = (), order: Sequence[str] = ()
+    gains: Sequence[Gain],
+    kept: Mapping[str, Sequence[str]] | None = None,
+    order: Sequence[str] = (),
 ) -> str:
     """Markdown: a line per setting and set of judged regions where no federated variant
     beats the local learners, giving the setting's own evidence for why (nothing when every
-    setting pays); `kept`: such lines as published before, for settings measured elsewhere.
-    The lines follow the settings' `order` where it is given (a setting's kept lines stand
-    where its measured ones would), else the measured settings' lines come first.
+    setting pays); `kept`: such lines as published before, by setting, for settings
+    measured elsewhere. The lines follow the settings' `order` where it is given (a
+    setting's kept lines stand where its measured ones would), else the measured
+    settings' lines come first.
     Regions that trained on their test worlds' events and those that never did are read
     apart: one set that pays says nothing about the other."""
     settings: dict[tuple[str, str], list[Gain]] = {}
@@ -399,7 +402,11 @@ def why_it_does_not_pay(
         for (setting, _), rows in settings.items()
         if (reason := _why_not(rows)) is not None
     ]
-    reasons += [(_setting_of(line), (line, "FedAvg ties" in line)) for line in kept]
+    reasons += [
+        (setting, (line, "FedAvg ties" in line))
+        for setting, lines in (kept or {}).items()
+        for line in lines
+    ]
     if not reasons:
         return ""
     rank = {setting: i for i, setting in enumerate(order)}
@@ -417,11 +424,6 @@ def why_it_does_not_pay(
         f"says why (federated minus local-only, at the last round unless stated).{shared}"
         "\n\n" + "\n".join(lines) + "\n"
     )
-
-
-def _setting_of(line: str) -> str:
-    """The setting a reading line names first (``- `setting` (regions): ...``)."""
-    return line.split("`")[1]
 
 
 @dataclass(frozen=True)

@@ -386,7 +386,7 @@ def federating_section(
     setting where federating does not pay, why (`why_it_does_not_pay`)."""
     rows: list = []
     measured: list[Gain] = []
-    kept_reading: list[str] = []
+    kept_reading: dict[str, list[str]] = {}
     kept: list[str] = []
     for name in names:
         path = sweeps_dir / f"{name}.yaml"
@@ -395,7 +395,7 @@ def federating_section(
         old_rows, old_reading = published_rows(published, name) if not gains else ([], [])
         if old_rows:
             kept.append(f"`{name}`")
-            kept_reading += old_reading
+            kept_reading[name] = old_reading
         rows += gains or old_rows or [(name, f"not measured yet: `fedmc sweep --config {path}`")]
     note = _kept_note(kept)
     reading = why_it_does_not_pay(measured, kept_reading, order=names)
