@@ -103,7 +103,9 @@ results: setup
 # the federated policy beats SED (fedmc speedup; finished cells are kept), under FedAvg
 # and with the server's own step, fixed and FedExP's; and the same experience pooled; the
 # fixed step and the pooled learner again on every other region's worlds; the fixed step
-# with regions of 8 envs. The page shows the same files (results_doc.SPEEDUPS).
+# with regions of 8 envs; a federation whose regions take a larger step than one alone
+# (`together`), the pooled learner at that step, and that federation on two other regions.
+# The page shows the same files (results_doc.SPEEDUPS).
 SPEEDUPS = speedup speedup_server_step speedup_fedexp speedup_one_update_fedexp \
 	speedup_one_update_server_step speedup_pooled \
 	speedup_one_update_server_step_region1 speedup_pooled_region1 \
@@ -115,7 +117,8 @@ SPEEDUPS = speedup speedup_server_step speedup_fedexp speedup_one_update_fedexp 
 	speedup_one_update_server_step_region8 speedup_pooled_region8 \
 	speedup_one_update_server_step_region4 speedup_pooled_region4 \
 	speedup_one_update_server_step_region9 speedup_pooled_region9 \
-	speedup_one_update_server_step_envs8
+	speedup_one_update_server_step_envs8 \
+	speedup_together speedup_pooled_together speedup_together_region1 speedup_together_region2
 speedup: setup
 	for plan in $(SPEEDUPS); do $(BIN)/fedmc speedup --config conf/$$plan.yaml || exit 1; done
 

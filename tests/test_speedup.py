@@ -175,6 +175,46 @@ def test_one_region_learns_alone_whatever_the_plans_server_step(tmp_path: Path) 
     assert any(not np.array_equal(ours, theirs) for ours, theirs in one)
 
 
+def test_together_settings_train_the_larger_sizes_and_leave_the_lone_region_as_it_was(
+    tmp_path: Path,
+) -> None:
+    """`together` overrides reach the sizes above 1 only, after the file's overrides and
+    before the command line's; an inheriting file adds its own after its parent's; the
+    lone region's rows are a plain plan's, the two regions' those of a plan that sets
+    the same keys for every size; and the folder records them."""
+    for folder in ("together", "plain", "everywhere"):
+        (tmp_path / folder).mkdir()
+    path = tiny_plan(tmp_path / "together")
+    path.write_text(path.read_text() + "together: [ppo.learning_rate=0.01]\n")
+    plan = load_plan(path)
+    assert (
+        plan.config(1).ppo.learning_rate
+        == load_plan(tiny_plan(tmp_path)).config().ppo.learning_rate
+    )
+    assert plan.config(2).ppo.learning_rate == 0.01
+    assert load_plan(path, ["ppo.learning_rate=0.02"]).config(2).ppo.learning_rate == 0.02
+    child = tmp_path / "together" / "child.yaml"
+    child.write_text("inherits: speedup.yaml\nname: child\ntogether: [ppo.clip_coef=0.3]\n")
+    assert load_plan(child).together == ("ppo.learning_rate=0.01", "ppo.clip_coef=0.3")
+    rows = read_speedup(run_speedup(plan))
+    plain = read_speedup(run_speedup(load_plan(tiny_plan(tmp_path / "plain"))))
+    everywhere = read_speedup(
+        run_speedup(load_plan(tiny_plan(tmp_path / "everywhere"), ["ppo.learning_rate=0.01"]))
+    )
+
+    def size(frame: pd.DataFrame, k: int) -> pd.DataFrame:
+        return frame[frame["regions"] == k].reset_index(drop=True)
+
+    pd.testing.assert_frame_equal(size(rows, 1), size(plain, 1))
+    pd.testing.assert_frame_equal(size(rows, 2), size(everywhere, 2))
+    assert not size(rows, 2).equals(size(plain, 2))
+    stamp = yaml.safe_load(
+        (tmp_path / "together" / "results" / "speedup_tiny" / "plan.yaml").read_text()
+    )
+    assert stamp["together"] == ["ppo.learning_rate=0.01"]
+    assert server_label(stamp) == "FedAvg; above 1 region: ppo.learning_rate=0.01"
+
+
 def test_a_pooled_plan_trains_one_learner_on_every_regions_worlds(tmp_path: Path) -> None:
     """Under `pooled: true` a size of 2 is one learner on twice the envs: the rows of a
     plain plan's one region given twice the envs, and a folder of either kind refuses

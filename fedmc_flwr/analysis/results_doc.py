@@ -84,12 +84,18 @@ SPEEDUPS = (
     Path("conf/speedup_one_update_server_step_region9.yaml"),
     Path("conf/speedup_pooled_region9.yaml"),
     Path("conf/speedup_one_update_server_step_envs8.yaml"),
+    Path("conf/speedup_together.yaml"),
+    Path("conf/speedup_pooled_together.yaml"),
+    Path("conf/speedup_together_region1.yaml"),
+    Path("conf/speedup_together_region2.yaml"),
 )
 """The speed-up files whose results the page shows: FedAvg, then the server's own step, fixed
 and FedExP's, after every fourth update of a region, then FedExP's and fixed after every
 one, then the same experience pooled in one learner (the reference); then the fixed step
 and the pooled learner again on every other region's worlds (the last six at 1 and 8
-regions only); then the fixed step with regions of 8 envs."""
+regions only); then the fixed step with regions of 8 envs; then a federation whose
+regions take a larger step than one region alone (`together`), the pooled learner at that
+step, and the federation again on two other regions' worlds."""
 OPTIMUM_PARTS = (
     ("table", "The optimum against SED, JSQ and random, solved exactly"),
     ("learner", "The CLI's learner against the optimum, in the world made that system"),

@@ -222,7 +222,13 @@ def plot(frame: pd.DataFrame, path: Path, baseline: str = "sed") -> Path:
 
 def server_label(plan: dict) -> str:
     """How a plan's regions combine their learning, in a table's words, from its plan.yaml:
-    the pooled learner, or the server's step on the regions' mean update."""
+    the pooled learner, or the server's step on the regions' mean update; then the
+    settings that only the sizes above one region train with (the plan's `together`)."""
+    together = plan.get("together")
+    return _combine_label(plan) + (f"; above 1 region: {', '.join(together)}" if together else "")
+
+
+def _combine_label(plan: dict) -> str:
     if plan.get("pooled"):
         return "none: one learner on k times the envs"
     federation = plan["federation"]

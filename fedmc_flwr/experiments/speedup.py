@@ -74,6 +74,7 @@ PLAN_KEYS = {
     "seeds",
     "baseline",
     "overrides",
+    "together",
     "pooled",
 }
 
@@ -84,7 +85,13 @@ class Plan:
     overrides), the region whose worlds every region trains on, the federation sizes, the
     training seeds and the dispatcher to beat. With `pooled`, a size k is not k regions
     but one learner on k regions' worth of worlds (k times `ppo.num_envs`): the same
-    experience pooled, the reference a federation of k is measured against."""
+    experience pooled, the reference a federation of k is measured against.
+
+    `together`: dotted overrides for the sizes above 1 only, after `overrides`. A lone
+    region is the reference every size is read against, so it keeps the experiment's own
+    settings (those it learns best with alone), while the regions of a federation, or
+    the pooled learner, may take settings that only pay together: the mean of k regions'
+    updates is less noisy than one region's, so it can take a larger step."""
 
     name: str
     experiment: Path
@@ -93,11 +100,14 @@ class Plan:
     seeds: tuple[int, ...]
     baseline: str = "sed"
     overrides: tuple[str, ...] = ()
+    together: tuple[str, ...] = ()
     pooled: bool = False
 
-    def config(self) -> ExperimentConfig:
-        """The base experiment with the plan's overrides: what every cell trains with."""
-        cfg = load_config(self.experiment, list(self.overrides))
+    def config(self, size: int = 1) -> ExperimentConfig:
+        """The base experiment with the plan's overrides, and for a size above 1 its
+        `together` overrides: what a cell of `size` trains with."""
+        overrides = [*self.overrides, *(self.together if size > 1 else ())]
+        cfg = load_config(self.experiment, overrides)
         if not 0 <= self.region < cfg.world.regions:
             raise ConfigError(
                 f"{self.name}: region {self.region} not in 0..{cfg.world.regions - 1}"
@@ -111,9 +121,9 @@ class Plan:
 def _read_plan(path: Path, chain: tuple[Path, ...] = ()) -> dict:
     """A speed-up file's keys, over those of the file it `inherits` from (next to it, and
     so on up): a plan measured again on another region's worlds names only what differs.
-    Each file's `experiment` is read relative to that file; its `overrides` go after the
-    parent's, so that a child that changes one key of the experiment names that key
-    alone."""
+    Each file's `experiment` is read relative to that file; its `overrides` (and
+    `together`) go after the parent's, so that a child that changes one key of the
+    experiment names that key alone."""
     if not path.is_file():
         raise ConfigError(f"{path}: no such speed-up file")
     if path.resolve() in chain:
@@ -133,8 +143,8 @@ def _read_plan(path: Path, chain: tuple[Path, ...] = ()) -> dict:
     if "name" not in raw:
         raise ConfigError(f"{path}: a file that inherits names its own plan (its results folder)")
     inherited = _read_plan(path.parent / str(parent), (*chain, path.resolve()))
-    overrides = [*inherited.get("overrides", []), *raw.pop("overrides", [])]
-    return inherited | raw | ({"overrides": overrides} if overrides else {})
+    lists = {key: [*inherited.get(key, []), *raw.pop(key, [])] for key in ("overrides", "together")}
+    return inherited | raw | {key: value for key, value in lists.items() if value}
 
 
 def load_plan(path: Path, overrides: Sequence[str] = ()) -> Plan:
@@ -149,6 +159,8 @@ def load_plan(path: Path, overrides: Sequence[str] = ()) -> Plan:
             seeds=tuple(int(s) for s in raw["seeds"]),
             baseline=str(raw.get("baseline", "sed")),
             overrides=(*map(str, raw.get("overrides", [])), *overrides),
+            # the command line's overrides have the last word at every size
+            together=(*map(str, together), *overrides) if (together := raw.get("together")) else (),
             pooled=bool(raw.get("pooled", False)),
         )
     except KeyError as exc:
@@ -166,6 +178,8 @@ def _stamp(plan: Plan, cfg: ExperimentConfig) -> str:
     grid: dict[str, object] = {"region": plan.region, "baseline": plan.baseline}
     if plan.pooled:
         grid["pooled"] = True
+    if plan.together:
+        grid["together"] = list(plan.together)
     return yaml.safe_dump(grid) + to_yaml(cfg)
 
 
@@ -306,9 +320,10 @@ def run_speedup(plan: Plan, command: str = "") -> Path:
     record_provenance(out, command or f"fedmc speedup {shlex.join(map(str, plan.overrides))}")
     dispatcher = DISPATCHERS[plan.baseline]
     baseline = evaluate(lambda sim: dispatcher(sim), cfg, plan.region).per_seed_reward
+    configs = {size: plan.config(size) for size in plan.federations}
     for size, seed in todo:
         start = time.perf_counter()
-        cell = dataclasses.replace(cfg, seed=seed)
+        cell = dataclasses.replace(configs[size], seed=seed)
         rows = run_cell(cell, plan.region, size, baseline, plan.pooled)
         fresh = pd.DataFrame(rows, columns=COLUMNS)
         frame = pd.concat([frame, fresh], ignore_index=True) if len(frame) else fresh
