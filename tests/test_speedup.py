@@ -193,6 +193,11 @@ def test_together_settings_train_the_larger_sizes_and_leave_the_lone_region_as_i
     )
     assert plan.config(2).ppo.learning_rate == 0.01
     assert load_plan(path, ["ppo.learning_rate=0.02"]).config(2).ppo.learning_rate == 0.02
+    typo = tmp_path / "together" / "typo.yaml"
+    typo.write_text("inherits: speedup.yaml\nname: typo\ntogether: [ppo.learning_rat=0.01]\n")
+    with pytest.raises(ConfigError, match="learning_rat"):
+        run_speedup(load_plan(typo))
+    assert not (tmp_path / "together" / "results" / "typo").exists()
     child = tmp_path / "together" / "child.yaml"
     child.write_text("inherits: speedup.yaml\nname: child\ntogether: [ppo.clip_coef=0.3]\n")
     assert load_plan(child).together == ("ppo.learning_rate=0.01", "ppo.clip_coef=0.3")

@@ -294,6 +294,8 @@ def _write(frame: pd.DataFrame, path: Path) -> None:
 def run_speedup(plan: Plan, command: str = "") -> Path:
     """Run every unfinished cell of `plan`, seed by seed; return speedup.csv's path."""
     cfg = plan.config()
+    # every size's config before anything is written: a mistyped key leaves no folder
+    configs = {size: plan.config(size) for size in plan.federations}
     out = plan.out_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
     stamp = _stamp(plan, cfg)
@@ -320,7 +322,6 @@ def run_speedup(plan: Plan, command: str = "") -> Path:
     record_provenance(out, command or f"fedmc speedup {shlex.join(map(str, plan.overrides))}")
     dispatcher = DISPATCHERS[plan.baseline]
     baseline = evaluate(lambda sim: dispatcher(sim), cfg, plan.region).per_seed_reward
-    configs = {size: plan.config(size) for size in plan.federations}
     for size, seed in todo:
         start = time.perf_counter()
         cell = dataclasses.replace(configs[size], seed=seed)
