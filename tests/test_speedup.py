@@ -192,7 +192,9 @@ def test_together_settings_train_the_larger_sizes_and_leave_the_lone_region_as_i
         == load_plan(tiny_plan(tmp_path)).config().ppo.learning_rate
     )
     assert plan.config(2).ppo.learning_rate == 0.01
-    assert load_plan(path, ["ppo.learning_rate=0.02"]).config(2).ppo.learning_rate == 0.02
+    on_the_command_line = load_plan(path, ["ppo.learning_rate=0.02"])
+    assert on_the_command_line.config(2).ppo.learning_rate == 0.02
+    assert on_the_command_line.together == ("ppo.learning_rate=0.01",)
     typo = tmp_path / "together" / "typo.yaml"
     typo.write_text("inherits: speedup.yaml\nname: typo\ntogether: [ppo.learning_rat=0.01]\n")
     with pytest.raises(ConfigError, match="learning_rat"):

@@ -87,11 +87,12 @@ class Plan:
     but one learner on k regions' worth of worlds (k times `ppo.num_envs`): the same
     experience pooled, the reference a federation of k is measured against.
 
-    `together`: dotted overrides for the sizes above 1 only, after `overrides`. A lone
-    region is the reference every size is read against, so it keeps the experiment's own
-    settings (those it learns best with alone), while the regions of a federation, or
-    the pooled learner, may take settings that only pay together: the mean of k regions'
-    updates is less noisy than one region's, so it can take a larger step."""
+    `together`: dotted overrides for the sizes above 1 only, after `overrides` and before
+    the command line's. A lone region is the reference every size is read against, so it
+    keeps the experiment's own settings (those it learns best with alone), while the
+    regions of a federation, or the pooled learner, may take settings that only pay
+    together: the mean of k regions' updates is less noisy than one region's, so it can
+    take a larger step."""
 
     name: str
     experiment: Path
@@ -101,12 +102,15 @@ class Plan:
     baseline: str = "sed"
     overrides: tuple[str, ...] = ()
     together: tuple[str, ...] = ()
+    command_line: tuple[str, ...] = ()
+    """Overrides given on the command line: the last word at every size."""
     pooled: bool = False
 
     def config(self, size: int = 1) -> ExperimentConfig:
         """The base experiment with the plan's overrides, and for a size above 1 its
         `together` overrides: what a cell of `size` trains with."""
-        overrides = [*self.overrides, *(self.together if size > 1 else ())]
+        together = self.together if size > 1 else ()
+        overrides = [*self.overrides, *together, *self.command_line]
         cfg = load_config(self.experiment, overrides)
         if not 0 <= self.region < cfg.world.regions:
             raise ConfigError(
@@ -158,9 +162,9 @@ def load_plan(path: Path, overrides: Sequence[str] = ()) -> Plan:
             federations=tuple(int(k) for k in raw["federations"]),
             seeds=tuple(int(s) for s in raw["seeds"]),
             baseline=str(raw.get("baseline", "sed")),
-            overrides=(*map(str, raw.get("overrides", [])), *overrides),
-            # the command line's overrides have the last word at every size
-            together=(*map(str, together), *overrides) if (together := raw.get("together")) else (),
+            overrides=tuple(map(str, raw.get("overrides", []))),
+            together=tuple(map(str, raw.get("together", []))),
+            command_line=tuple(overrides),
             pooled=bool(raw.get("pooled", False)),
         )
     except KeyError as exc:
@@ -319,7 +323,9 @@ def run_speedup(plan: Plan, command: str = "") -> Path:
     )
     if not todo:
         return csv
-    record_provenance(out, command or f"fedmc speedup {shlex.join(map(str, plan.overrides))}")
+    record_provenance(
+        out, command or f"fedmc speedup {shlex.join((*plan.overrides, *plan.command_line))}"
+    )
     dispatcher = DISPATCHERS[plan.baseline]
     baseline = evaluate(lambda sim: dispatcher(sim), cfg, plan.region).per_seed_reward
     for size, seed in todo:
